@@ -1,0 +1,30 @@
+"""imcmc-lab: automated involutive MCMC you can write, check, see and teach.
+
+The engine is importable without IPython or widgets; ``%load_ext imcmc_lab``
+registers the notebook magics (``%%gen``, ``%%transform``).
+"""
+
+from .core.address import format_address, normalize_address
+from .core.choicemap import ChoiceMap, Selection, as_choicemap, choicemap, select, select_all
+from .core.distributions import (Distribution, bernoulli, beta, categorical, dirichlet,
+                                 exponential, gamma, geometric, iid, inv_gamma, lognormal,
+                                 mixture_of_normals, mvnormal, neg_binomial, normal, poisson,
+                                 poisson_plus_one, uniform, uniform_discrete)
+from .errors import (AddressError, ConstraintError, DimensionError, DistributionError,
+                     DuplicateAddressError, ImcmcError, InvolutionCheckError, LabelError,
+                     TransformError)
+from .modeling import (GenerativeFunction, Map, Trace, Unfold, count_work, gen)
+from .transform import (Transform, apply_transform, check_involution, continuous, copy, discrete,
+                        involution_from_bijections, pair_bijections, read, tcall, transform, write)
+from .inference import (HMC, MH, Chain, InvolutiveKernel, Kernel, MoveRecord, cycle, hmc,
+                        involutive_mcmc, involutive_move, mh, mixture, repeat, run_chain)
+from .modeling.runtime import differentiable_score
+
+__version__ = "0.1.0"
+
+
+def load_ipython_extension(ipython):
+    """``%load_ext imcmc_lab``: register the ``%%gen`` and ``%%transform`` magics."""
+    from imcmc_lab.magics import load_ipython_extension as _load
+
+    _load(ipython)

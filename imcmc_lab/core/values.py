@@ -1,0 +1,97 @@
+"""Value conventions and comparisons.
+
+Convention (kept everywhere in the engine):
+
+* a **continuous** choice's value is a ``torch.float64`` tensor: 0-d for a
+  scalar, shape ``(d,)`` for a vector (Dirichlet, multivariate normal), shape
+  ``(n,) + event_shape`` for ``iid(dist, n)``;
+* a **discrete** scalar choice's value is a Python ``int`` (``bool`` for
+  ``bernoulli``); ``iid`` of a discrete distribution gives an ``int64`` tensor.
+
+Python floats, float32 tensors and NumPy arrays given as constraints are
+converted to ``float64`` tensors.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+DTYPE = torch.float64
+
+__all__ = ["DTYPE", "as_real", "values_equal", "values_close", "format_value", "is_tensor"]
+
+
+def is_tensor(x) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
+def as_real(x) -> torch.Tensor:
+    """``x`` as a float64 tensor (no copy when it already is one)."""
+    if isinstance(x, torch.Tensor):
+        return x if x.dtype == DTYPE else x.to(DTYPE)
+    if isinstance(x, (list, tuple)) and x and isinstance(x[0], torch.Tensor):
+        return torch.stack([as_real(v) for v in x])
+    return torch.as_tensor(x, dtype=DTYPE)
+
+
+def values_equal(a, b) -> bool:
+    """Exact equality of two values or argument tuples (tensors, lists, scalars)."""
+    if a is b:
+        return True
+    ta, tb = isinstance(a, torch.Tensor), isinstance(b, torch.Tensor)
+    if ta or tb:
+        if not (ta and tb):
+            if ta and a.ndim == 0 and isinstance(b, numbers.Number):
+                return a.item() == b
+            if tb and b.ndim == 0 and isinstance(a, numbers.Number):
+                return b.item() == a
+            return False
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+    if isinstance(a, (list, tuple)):
+        if not isinstance(b, (list, tuple)) or len(a) != len(b):
+            return False
+        return all(values_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        if not isinstance(b, dict) or a.keys() != b.keys():
+            return False
+        return all(values_equal(a[k], b[k]) for k in a)
+    try:
+        result = a == b
+        return bool(result)
+    except Exception:  # objects whose __eq__ is not a boolean
+        return False
+
+
+def values_close(a, b, rtol: float = 1e-6, atol: float = 1e-8) -> bool:
+    """Equality up to a tolerance for reals; exact for discrete values."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        try:
+            a, b = as_real(a), as_real(b)
+        except Exception:
+            return False
+        if a.shape != b.shape:
+            return False
+        return bool(torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=False))
+    if isinstance(a, float) or isinstance(b, float):
+        return math.isclose(a, b, rel_tol=rtol, abs_tol=atol)
+    return values_equal(a, b)
+
+
+def format_value(value, precision: int = 4) -> str:
+    """A short readable rendering of a value for messages and reprs."""
+    if isinstance(value, torch.Tensor):
+        if value.ndim == 0:
+            v = value.item()
+            return f"{v:.{precision}g}" if isinstance(v, float) else repr(v)
+        flat = value.detach().reshape(-1)
+        items = flat.tolist()
+        shown = items if len(items) <= 6 else items[:3] + ["…"] + items[-2:]
+        text = ", ".join(f"{x:.{precision}g}" if isinstance(x, float) else str(x) for x in shown)
+        return f"[{text}]" if value.ndim == 1 else f"tensor(shape={tuple(value.shape)}, [{text}])"
+    if isinstance(value, float):
+        return f"{value:.{precision}g}"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,7 @@
+"""Inference layer: involutive MCMC, MH, HMC, kernel combinators, chains."""
+
+from .involutive import InvolutiveKernel, MoveRecord, involutive_mcmc, involutive_move
+from .chains import Chain, recorder, run_chain
+from .hmc import HMC, hmc
+from .kernels import Kernel, as_kernel, cycle, mixture, repeat
+from .mh import MH, mh

@@ -1,0 +1,148 @@
+"""Automated involutive MCMC (paper Algorithm 2, model side through incremental update).
+
+::
+
+    log alpha = [log p(x' + b) - log p(x + b)]   # the update weight, incremental
+              + log q_{x'}(y') - log q_x(y)      # q assessed at the new model trace
+              + log |det J|                      # reduced Jacobian of the continuous part
+
+Every move produces a :class:`MoveRecord` that widgets render.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..transform.apply import EMPTY_AUX, apply_transform
+from .kernels import Kernel
+from ..transform.checks import involution_problem
+
+__all__ = ["involutive_mcmc", "involutive_move", "MoveRecord", "InvolutiveKernel"]
+
+
+class MoveRecord:
+    """Everything about one involutive MCMC move.
+
+    Traces: ``model_in``, ``aux_in`` (y ~ q), ``model_out`` (x'), ``aux_out``
+    (y' as a trace of q at x', or None). Addresses: ``read``, ``written``,
+    ``copied`` (explicit: ``(source, destination)`` pairs) and
+    ``copied_implicitly`` (model addresses left as they were). ``jacobian``: a
+    :class:`~imcmc_lab.transform.jacobian.JacobianRecord`. Terms of
+    ``log_alpha``: ``model_log_ratio``, ``log_q_new``, ``log_q_old``,
+    ``logabsdet``. ``accepted``; ``check_failure`` says why a check rejected
+    the move (None if no check failed or none ran).
+    """
+
+    def __init__(self, app, model_in, aux_in, log_q_old, log_alpha, accepted, check_failure):
+        self.application = app
+        self.model_in, self.aux_in = model_in, aux_in
+        self.model_out, self.aux_out = app.new_model, app.new_aux
+        self.log_q_old = log_q_old
+        self.log_alpha, self.accepted, self.check_failure = log_alpha, accepted, check_failure
+
+    @property
+    def trace(self):
+        """The chain's next state: ``model_out`` if accepted, else ``model_in``."""
+        return self.model_out if self.accepted else self.model_in
+
+    @property
+    def jacobian(self):
+        return self.application.jacobian
+
+    @property
+    def model_log_ratio(self):
+        return self.application.model_log_ratio
+
+    @property
+    def log_q_new(self):
+        return self.application.log_q_new
+
+    @property
+    def logabsdet(self):
+        return self.application.logabsdet
+
+    @property
+    def read(self):
+        return [(s, a) for (s, a) in self.application.run.reads]
+
+    @property
+    def written(self):
+        return [(s, a) for (s, a) in self.application.run.writes]
+
+    @property
+    def copied(self):
+        return [((c.src_side, c.src_address), (c.dst_side, c.dst_address)) for c in self.application.run.copies]
+
+    @property
+    def copied_implicitly(self):
+        return list(self.application.copied_implicitly)
+
+    @property
+    def terms(self) -> dict:
+        """The terms of ``log alpha``, by name."""
+        return {
+            "log p(x') - log p(x)": self.model_log_ratio,
+            "log q_x'(y')": self.log_q_new,
+            "- log q_x(y)": -self.log_q_old,
+            "log |det J|": self.logabsdet,
+            "log alpha": self.log_alpha,
+        }
+
+    @property
+    def acceptance_probability(self) -> float:
+        return 0.0 if self.log_alpha == -math.inf else min(1.0, math.exp(min(self.log_alpha, 0.0)))
+
+    def __repr__(self):
+        status = "accepted" if self.accepted else "rejected"
+        why = f" ({self.check_failure.splitlines()[0]})" if self.check_failure else ""
+        return f"<MoveRecord {status}{why}: log alpha = {self.log_alpha:.4g}>"
+
+
+def involutive_move(trace, q, q_args, f, check=False, rtol=1e-6, atol=1e-8) -> MoveRecord:
+    """One move of involutive MCMC from ``trace``; returns its :class:`MoveRecord`."""
+    q_args = tuple(q_args) if q_args is not None else ()
+    aux = q.simulate(trace, *q_args) if q is not None else EMPTY_AUX
+    log_q_old = aux.score
+    app = apply_transform(f, trace, aux, q, q_args, check_dimension=not check)
+    failure = app.problem if check else None
+    if check and failure is None:
+        failure = involution_problem(f, app, trace, aux, q, q_args, rtol, atol)
+    if app.problem is not None or failure is not None:
+        # A failed check rejects (Lemma 6.1 keeps the kernel stationary); without
+        # checks, a support failure is simply a zero acceptance probability.
+        return MoveRecord(app, trace, aux, log_q_old, -math.inf, False, failure)
+    log_alpha = app.model_log_ratio + app.log_q_new - log_q_old + app.logabsdet
+    if math.isnan(log_alpha):
+        log_alpha = -math.inf
+    accepted = log_alpha >= 0 or math.log(float(torch.rand((), dtype=torch.float64))) < log_alpha
+    return MoveRecord(app, trace, aux, log_q_old, log_alpha, accepted, None)
+
+
+def involutive_mcmc(trace, q, q_args, f, check=False, rtol=1e-6, atol=1e-8):
+    """Involutive MCMC: ``(new_trace, accepted)``. ``q`` is called as ``q(trace, *q_args)``.
+
+    With ``check=True`` every move also runs the support, dimension and
+    involution checks; a failed check rejects the move (use
+    :func:`involutive_move` or :class:`InvolutiveKernel` to see why).
+    """
+    record = involutive_move(trace, q, q_args, f, check, rtol, atol)
+    return record.trace, record.accepted
+
+
+class InvolutiveKernel(Kernel):
+    """``kernel(trace) -> (trace, accepted)`` for chains; keeps the ``last_record``
+    and counts moves rejected by a failed check in ``check_failures``."""
+
+    def __init__(self, q, q_args, f, check=False, name=None):
+        super().__init__(name or f"involutive({f.name})")
+        self.q, self.q_args, self.f, self.check = q, tuple(q_args or ()), f, check
+        self.last_record = None
+        self.check_failures = 0
+
+    def step(self, trace):
+        self.last_record = involutive_move(trace, self.q, self.q_args, self.f, self.check)
+        if self.last_record.check_failure is not None:
+            self.check_failures += 1
+        return self.last_record.trace, self.last_record.accepted

@@ -1,0 +1,471 @@
+"""Running a program as simulate / generate / assess / update / regenerate.
+
+One :class:`Execution` request describes which of these a run is; a
+:class:`_Tracer` (the handler active while a ``@gen`` function's body runs)
+answers every ``dist @ address`` and ``callee(args) @ address`` the body makes.
+This mirrors Pyro's effect handlers and Gen's per-operation state objects, with
+one handler parameterised by the mode instead of five near-copies.
+
+Incremental update lives here: a choice whose value and distribution arguments
+are unchanged keeps its cached log-density; a sub-call with unchanged arguments
+and nothing constrained or selected under it keeps its whole sub-trace without
+re-running.
+"""
+
+from __future__ import annotations
+
+import linecache
+import math
+import sys
+import threading
+
+from ..core.address import format_address, normalize_address, did_you_mean
+from ..core.choicemap import ChoiceMap, Selection, as_choicemap
+from ..core.values import format_value, values_equal
+from ..errors import (AddressError, ConstraintError, DistributionError,
+                      DuplicateAddressError)
+from .trace import CallRecord, ChoiceRecord
+
+SIMULATE, GENERATE, ASSESS, UPDATE, REGENERATE = "simulate", "generate", "assess", "update", "regenerate"
+_NEG_INF = float("-inf")
+
+
+class WorkCounters:
+    """Counts of engine work, for tests and benchmarks that measure by counting.
+
+    ``logpdf_evaluations``: log-densities computed for choices (cached reuse not
+    counted). ``executions``: bodies of ``@gen`` functions run (including
+    combinator kernels).
+    """
+
+    __slots__ = ("logpdf_evaluations", "executions")
+
+    def __init__(self):
+        self.logpdf_evaluations = 0
+        self.executions = 0
+
+    def snapshot(self):
+        return (self.logpdf_evaluations, self.executions)
+
+
+counters = WorkCounters()
+
+
+class WorkCount:
+    """Result of :func:`count_work`: work done inside the ``with`` block."""
+
+    def __init__(self):
+        self.logpdf_evaluations = 0
+        self.executions = 0
+
+    def __repr__(self):
+        return f"WorkCount(logpdf_evaluations={self.logpdf_evaluations}, executions={self.executions})"
+
+
+class count_work:
+    """``with il.count_work() as work: ...`` then read ``work.logpdf_evaluations``."""
+
+    def __enter__(self):
+        self._start = counters.snapshot()
+        self.result = WorkCount()
+        return self.result
+
+    def __exit__(self, *exc):
+        lp, ex = counters.snapshot()
+        self.result.logpdf_evaluations = lp - self._start[0]
+        self.result.executions = ex - self._start[1]
+        return False
+
+
+class _AssessFailure(Exception):
+    """Internal: assess met an address the given choices do not have."""
+
+
+class Result:
+    """What one run returns to its caller."""
+
+    __slots__ = ("trace", "weight", "discard", "fresh", "n_used")
+
+    def __init__(self, trace, weight, discard, fresh, n_used):
+        self.trace, self.weight, self.discard, self.fresh, self.n_used = trace, weight, discard, fresh, n_used
+
+
+# ---------------------------------------------------------------------------
+# the active handler
+# ---------------------------------------------------------------------------
+_local = threading.local()
+
+
+def _current_tracer():
+    tracer = getattr(_local, "tracer", None)
+    if tracer is None:
+        raise RuntimeError(
+            "`dist @ address` and `gen_fn(args) @ address` only work inside a @gen function "
+            "that is being run by simulate/generate/assess/update; call e.g. "
+            "`model.simulate(args)` instead of running the body directly."
+        )
+    return tracer
+
+
+def _caller_line(depth):
+    frame = sys._getframe(depth)
+    return (frame.f_code.co_filename, frame.f_lineno)
+
+
+def visit_choice(dist, address):
+    return _current_tracer().choice(normalize_address(address), dist, _caller_line(3))
+
+
+def visit_call(gen_fn, args, address):
+    return _current_tracer().call(normalize_address(address), gen_fn, args, _caller_line(3))
+
+
+def _describe_line(line) -> str:
+    filename, lineno = line
+    text = linecache.getline(filename, lineno).strip()
+    where = f"line {lineno}"
+    return f"{where}: {text}" if text else f"{where} of {filename}"
+
+
+def _group_by_prefix(flat: dict) -> dict:
+    """{prefix: {rest: value}} for every proper prefix of every address."""
+    groups = {}
+    for address, value in flat.items():
+        for i in range(1, len(address)):
+            groups.setdefault(address[:i], {})[address[i:]] = value
+    return groups
+
+
+# ---------------------------------------------------------------------------
+# running a child (sub-call or combinator element) -- shared by all traces
+# ---------------------------------------------------------------------------
+def run_child(gen_fn, args, prev_sub, sub_constraints, sub_selection, mode):
+    """Run a callee under ``mode`` given its previous trace (or None).
+
+    Returns ``(Result, weight_contribution)``; reuses ``prev_sub`` untouched when
+    nothing under it changed (the incremental fast path).
+    """
+    if mode in (UPDATE, REGENERATE) and prev_sub is not None and prev_sub.gen_fn is gen_fn:
+        selected = sub_selection is not None and not sub_selection.is_empty()
+        if not sub_constraints and not selected and (args is prev_sub.args or values_equal(args, prev_sub.args)):
+            return Result(prev_sub, 0.0, None, None, 0), 0.0
+        result = gen_fn._execute(args, prev_sub, sub_constraints, sub_selection, mode)
+        return result, result.weight
+    if mode == UPDATE:
+        # A new sub-call inside an update: its whole score enters log p(new) - log p(old).
+        result = gen_fn._execute(args, None, sub_constraints, None, GENERATE)
+        return result, result.trace.score
+    if mode == REGENERATE:
+        result = gen_fn._execute(args, None, None, None, SIMULATE)
+        return result, 0.0
+    result = gen_fn._execute(args, None, sub_constraints, None, mode)
+    return result, result.weight
+
+
+# ---------------------------------------------------------------------------
+# the tracer of @gen functions
+# ---------------------------------------------------------------------------
+class _Tracer:
+    __slots__ = ("gen_fn", "mode", "prev", "constraints", "selection", "records", "lines",
+                 "namespaces", "weight", "discard", "fresh", "n_used", "_groups", "impossible")
+
+    def __init__(self, gen_fn, mode, prev, constraints, selection):
+        self.gen_fn, self.mode, self.prev = gen_fn, mode, prev
+        self.constraints = constraints or None
+        self.selection = selection
+        self.records = {}
+        self.lines = {}
+        self.namespaces = set()
+        self.weight = 0.0
+        self.discard = {}
+        self.fresh = []
+        self.n_used = 0
+        self._groups = None
+        # Set once some choice has log-density -inf: later invalid parameters are then
+        # a consequence (a kept value outside its new support), not a user error.
+        self.impossible = False
+
+    # -- address bookkeeping ---------------------------------------------
+    def _claim(self, address, line, what):
+        if not address:
+            raise AddressError(f"the empty address () cannot hold a {what}; give it a name")
+        if address in self.records:
+            first = self.lines[address]
+            raise DuplicateAddressError(
+                f"address {format_address(address)} is sampled twice in one execution of "
+                f"{self.gen_fn.name}: first at {_describe_line(first)}; again at "
+                f"{_describe_line(line)}. Give each random choice its own address "
+                f"(e.g. add a loop index: (\"x\", i))."
+            )
+        if address in self.namespaces:
+            raise AddressError(
+                f"address {format_address(address)} in {self.gen_fn.name} "
+                f"({_describe_line(line)}) is already a namespace holding other choices; "
+                f"a path is a leaf or a namespace, never both."
+            )
+        for i in range(1, len(address)):
+            prefix = address[:i]
+            if prefix in self.records:
+                raise AddressError(
+                    f"address {format_address(address)} in {self.gen_fn.name} "
+                    f"({_describe_line(line)}) lies under {format_address(prefix)}, which "
+                    f"already holds a value; a path is a leaf or a namespace, never both."
+                )
+            self.namespaces.add(prefix)
+        self.lines[address] = line
+
+    def _sub_constraints(self, address):
+        if self.constraints is None:
+            return None
+        if self._groups is None:
+            self._groups = _group_by_prefix(self.constraints)
+        return self._groups.get(address)
+
+    # -- dist @ address ---------------------------------------------------
+    def choice(self, address, dist, line):
+        self._claim(address, line, "random choice")
+        problem = dist.check_params()
+        if problem is not None and not self._impossible_fallback(address):
+            raise DistributionError(
+                f"invalid parameters for {dist.name} at address {format_address(address)} "
+                f"({_describe_line(line)}): {problem}."
+            )
+        mode = self.mode
+        prev_rec = None
+        if self.prev is not None:
+            prev_rec = self.prev._records.get(address)
+            if type(prev_rec) is not ChoiceRecord:
+                prev_rec = None
+        constraints = self.constraints
+        if constraints is not None and address in constraints:
+            try:
+                value = dist.coerce(constraints[address])
+            except (ValueError, TypeError) as exc:
+                raise DistributionError(
+                    f"the value given for address {format_address(address)} does not fit "
+                    f"{dist!r}: {exc}"
+                ) from None
+            logpdf = self._score(dist, value, address)
+            self.n_used += 1
+            if mode == UPDATE:
+                if prev_rec is not None:
+                    self.weight += logpdf - prev_rec.logpdf
+                    self.discard[address] = prev_rec.value
+                else:
+                    self.weight += logpdf
+            else:
+                self.weight += logpdf
+        elif prev_rec is not None and not (mode == REGENERATE and address in self.selection):
+            value = prev_rec.value
+            if dist.same_as(prev_rec.dist):
+                logpdf = prev_rec.logpdf
+            else:
+                logpdf = self._score(dist, value, address)
+                self.weight += logpdf - prev_rec.logpdf
+        else:
+            if mode == ASSESS:
+                raise _AssessFailure(address)
+            value = dist.sample()
+            logpdf = self._score(dist, value, address)
+            if mode == UPDATE:
+                self.weight += logpdf
+            if mode in (UPDATE, REGENERATE, GENERATE):
+                self.fresh.append(address)
+        self.records[address] = ChoiceRecord(dist, value, logpdf)
+        return value
+
+    def _impossible_fallback(self, address):
+        """Whether invalid parameters can be scored as -inf (trace already impossible)."""
+        if not self.impossible:
+            return False
+        if self.constraints is not None and address in self.constraints:
+            return True
+        prev = self.prev._records.get(address) if self.prev is not None else None
+        return type(prev) is ChoiceRecord and not (
+            self.mode == REGENERATE and address in self.selection)
+
+    def _score(self, dist, value, address):
+        counters.logpdf_evaluations += 1
+        if self.impossible and dist.check_params() is not None:
+            return _NEG_INF
+        if dist.event_shape and tuple(getattr(value, "shape", ())) != tuple(dist.event_shape):
+            self.impossible = True
+            return _NEG_INF  # a kept value of the wrong length is outside the support
+        logpdf_tensor = dist.log_prob(value)
+        terms = getattr(_local, "grad_terms", None)
+        if terms is not None:
+            terms.append(logpdf_tensor)
+        logpdf = float(logpdf_tensor.detach())
+        if logpdf == _NEG_INF:
+            self.impossible = True
+        if math.isnan(logpdf):
+            raise DistributionError(
+                f"the log-density of {dist!r} at address {format_address(address)} is NaN "
+                f"for value {format_value(value)}; check the distribution's arguments "
+                f"(a NaN or an infinity usually comes from an earlier computation)."
+            )
+        return logpdf
+
+    # -- callee(args) @ address ------------------------------------------
+    def call(self, address, gen_fn, args, line):
+        self._claim(address, line, "sub-call")
+        prev_sub = None
+        if self.prev is not None:
+            prev_rec = self.prev._records.get(address)
+            if type(prev_rec) is CallRecord:
+                prev_sub = prev_rec.trace
+        sub_sel = self.selection.subselection(address) if self.selection is not None else None
+        result, weight = run_child(gen_fn, args, prev_sub, self._sub_constraints(address), sub_sel, self.mode)
+        self.weight += weight
+        self.n_used += result.n_used
+        if result.discard:
+            for sub, value in result.discard.items():
+                self.discard[address + sub] = value
+        if result.fresh:
+            self.fresh.extend(address + sub for sub in result.fresh)
+        self.records[address] = CallRecord(result.trace)
+        return result.trace.retval
+
+    # -- the end of an update: what the new run no longer visits -------------
+    def finish_removed(self):
+        if self.prev is None or self.mode not in (UPDATE, REGENERATE):
+            return
+        records = self.records
+        for address, old in self.prev._records.items():
+            new = records.get(address)
+            if new is not None and type(new) is type(old) and (
+                    type(old) is ChoiceRecord or new.trace.gen_fn == old.trace.gen_fn):
+                continue
+            if self.mode == UPDATE:
+                self.weight -= old.logpdf
+            if type(old) is ChoiceRecord:
+                self.discard[address] = old.value
+            else:
+                for sub, value in old.trace.get_choices().items():
+                    self.discard[address + sub] = value
+
+
+def run_dynamic(gen_fn, args, prev, constraints, selection, mode):
+    """Run a ``@gen`` function's body under a tracer (see :class:`_Tracer`)."""
+    tracer = _Tracer(gen_fn, mode, prev, constraints, selection)
+    saved = getattr(_local, "tracer", None)
+    _local.tracer = tracer
+    counters.executions += 1
+    try:
+        retval = gen_fn.fn(*args)
+    finally:
+        _local.tracer = saved
+    tracer.finish_removed()
+    from .gen import DynamicTrace
+
+    score = 0.0
+    for record in tracer.records.values():
+        score += record.logpdf
+    trace = DynamicTrace(gen_fn, args, retval, score, tracer.records)
+    return Result(trace, tracer.weight, tracer.discard, tracer.fresh, tracer.n_used)
+
+
+# ---------------------------------------------------------------------------
+# public entry points (constraint accounting happens once, at the top)
+# ---------------------------------------------------------------------------
+def _as_args(args):
+    if args is None:
+        return ()
+    return args if isinstance(args, tuple) else (args,)
+
+
+def _unused_constraints(trace, flat_constraints):
+    have = trace.flat_records()
+    return [a for a in flat_constraints if a not in have]
+
+
+def _raise_unused(gen_fn, trace, flat_constraints, what):
+    unused = _unused_constraints(trace, flat_constraints)
+    shown = ", ".join(format_address(a) for a in unused[:5])
+    more = f" (and {len(unused) - 5} more)" if len(unused) > 5 else ""
+    hint = did_you_mean(unused[0], trace.flat_records()) if unused else ""
+    raise ConstraintError(
+        f"{what} of {gen_fn.name} got a constraint at {shown}{more}, but the program never "
+        f"visits {'that address' if len(unused) == 1 else 'those addresses'} in this execution."
+        f"{hint} Remove the constraint or fix its address."
+    )
+
+
+def public_generate(gen_fn, args, constraints):
+    flat = as_choicemap(constraints)._leaves
+    result = gen_fn._execute(_as_args(args), None, flat or None, None, GENERATE)
+    if result.n_used != len(flat):
+        _raise_unused(gen_fn, result.trace, flat, "generate")
+    return result.trace, result.weight
+
+
+def public_assess(gen_fn, args, choices):
+    flat = as_choicemap(choices)._leaves
+    try:
+        result = gen_fn._execute(_as_args(args), None, flat or None, None, ASSESS)
+    except _AssessFailure:
+        return _NEG_INF
+    if result.n_used != len(flat):
+        return _NEG_INF
+    return result.weight
+
+
+def assess_trace(gen_fn, args, choices):
+    """Like assess but also returns the trace (``None`` when the choices do not fit)."""
+    flat = as_choicemap(choices)._leaves
+    try:
+        result = gen_fn._execute(_as_args(args), None, flat or None, None, ASSESS)
+    except _AssessFailure:
+        return None, _NEG_INF
+    if result.n_used != len(flat):
+        return None, _NEG_INF
+    return result.trace, result.weight
+
+
+def update_full(trace, constraints, args=None):
+    """Internal update returning the full :class:`Result` (with fresh addresses)."""
+    flat = as_choicemap(constraints)._leaves
+    args = trace.args if args is None else _as_args(args)
+    result = trace.gen_fn._execute(args, trace, flat or None, None, UPDATE)
+    if result.n_used != len(flat):
+        _raise_unused(trace.gen_fn, result.trace, flat, "update")
+    return result
+
+
+def public_update(trace, constraints, args=None):
+    result = update_full(trace, constraints, args)
+    return result.trace, result.weight, ChoiceMap._from_flat(result.discard or {})
+
+
+def public_regenerate(trace, selection, args=None):
+    if not isinstance(selection, Selection):
+        selection = Selection(selection if isinstance(selection, (list, tuple, set)) else [selection])
+    args = trace.args if args is None else _as_args(args)
+    result = trace.gen_fn._execute(args, trace, None, selection, REGENERATE)
+    return result.trace, result.weight
+
+
+# ---------------------------------------------------------------------------
+# differentiable scoring (for gradients: HMC, MALA)
+# ---------------------------------------------------------------------------
+def differentiable_score(trace, values: dict):
+    """``log p`` of ``trace`` with ``values`` (address -> tensor) substituted, as a
+    differentiable tensor. Re-scores every choice (no caching), so gradients with
+    respect to the substituted tensors flow through every density they affect."""
+    import torch
+
+    flat = dict(trace.get_choices().items())
+    flat.update(values)
+    terms = []
+    saved = getattr(_local, "grad_terms", None)
+    _local.grad_terms = terms
+    try:
+        result = trace.gen_fn._execute(trace.args, None, flat, None, ASSESS)
+    except _AssessFailure as exc:
+        raise AddressError(f"differentiable_score: the program needs address {exc.args[0]!r}, "
+                           f"which the trace does not have") from None
+    finally:
+        _local.grad_terms = saved
+    if not terms:
+        return torch.zeros((), dtype=torch.float64), result.trace
+    return torch.stack([t.reshape(()) for t in terms]).sum(), result.trace

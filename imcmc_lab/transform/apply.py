@@ -1,0 +1,296 @@
+"""Applying a transform to a pair of traces: new traces, densities and Jacobian.
+
+``apply_transform`` runs the transform, builds the new model trace through the
+incremental ``update`` (paper Sec. 5.2: ``x' = x.update(written and copied)``,
+untouched addresses keep their values), scores the new auxiliary choices under
+``q`` at the new model trace, accounts for every continuous coordinate, and
+computes ``log |det J|`` on what copies leave over.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..core.address import did_you_mean, format_address
+from ..core.choicemap import ChoiceMap
+from ..errors import ConstraintError, DimensionError, LabelError, TransformError
+from ..modeling.runtime import GENERATE, update_full
+from .interpreter import AUX, MODEL, TransformRun, run_transform, _where
+from .jacobian import Coordinate, JacobianRecord, _coords, reduced_jacobian
+
+__all__ = ["apply_transform", "Application", "EmptyAuxTrace"]
+
+_IN = {MODEL: "model_in", AUX: "aux_in"}
+_OUT = {MODEL: "model_out", AUX: "aux_out"}
+
+
+class EmptyAuxTrace:
+    """The auxiliary trace of a move with no auxiliary program."""
+
+    score = 0.0
+    args = ()
+    retval = None
+
+    def flat_records(self):
+        return {}
+
+    def choice_record(self, address):
+        return None
+
+    def get_choices(self):
+        return ChoiceMap._from_flat({})
+
+    def __contains__(self, address):
+        return False
+
+    def __getitem__(self, address):
+        if address == ():
+            return None
+        raise KeyError(address)
+
+
+EMPTY_AUX = EmptyAuxTrace()
+
+
+class Application:
+    """The result of applying a transform to ``(model_trace, aux_trace)``.
+
+    ``new_model``: the new model trace; ``model_log_ratio``: ``log p(x') - log p(x)``
+    from the incremental update; ``new_aux``: trace of ``q`` at ``x'`` with the new
+    auxiliary choices (None if they do not fit ``q``); ``log_q_new``: ``log q_{x'}(y')``;
+    ``jacobian``: a :class:`JacobianRecord` (None if the dimensions differ);
+    ``problem``: why the move cannot be accepted (dimension or support), or None.
+    """
+
+    def __init__(self):
+        self.run = None
+        self.new_model = None
+        self.model_log_ratio = 0.0
+        self.discard = None
+        self.new_aux = None
+        self.log_q_new = 0.0
+        self.jacobian = None
+        self.problem = None
+        self.copied_implicitly = []
+
+    @property
+    def logabsdet(self) -> float:
+        return self.jacobian.logabsdet if self.jacobian is not None else -math.inf
+
+
+def _model_update(run: TransformRun, model_trace):
+    constraints = run.output_choices(MODEL)
+    try:
+        result = update_full(model_trace, constraints)
+    except ConstraintError:
+        raise _unvisited_model_write(run, model_trace, constraints) from None
+    if result.fresh:
+        shown = ", ".join(format_address(a) for a in result.fresh[:5])
+        raise TransformError(
+            f"the new model trace needs {shown}, which the transform {run.transform.name} did not "
+            f"provide (neither written nor copied to model_out). Gen would silently sample "
+            f"{'it' if len(result.fresh) == 1 else 'them'} from the prior, which makes the "
+            f"acceptance probability wrong. Write or copy a value for "
+            f"{'it' if len(result.fresh) == 1 else 'each'} in the transform."
+        )
+    return result
+
+
+def _unvisited_model_write(run, model_trace, constraints):
+    # Run the update without the offending addresses to learn which are unvisited.
+    from ..modeling.runtime import UPDATE
+
+    flat = dict(constraints)
+    result = model_trace.gen_fn._execute(model_trace.args, model_trace, flat, None, UPDATE)
+    have = result.trace.flat_records()
+    unvisited = [a for a in flat if a not in have]
+    a = unvisited[0] if unvisited else next(iter(flat))
+    entry = run.writes.get((MODEL, a)) or run.copied_to.get((MODEL, a))
+    where = f" ({_where(entry.line)})" if entry is not None else ""
+    return TransformError(
+        f"the transform {run.transform.name} writes model_out[{format_address(a)}]{where}, but the "
+        f"model does not have that address in the new trace." + did_you_mean(a, have)
+        + " Check the address spelling, or that the discrete writes select the branch that uses it."
+    )
+
+
+def _aux_generate(q, q_args, new_model, aux_choices, run):
+    """Trace of q at the new model trace holding exactly ``aux_choices``; log q of them."""
+    result = q._execute((new_model,) + tuple(q_args), None, aux_choices or None, None, GENERATE)
+    have = result.trace.flat_records()
+    extra = [a for a in aux_choices if a not in have]
+    if extra:
+        a = extra[0]
+        entry = run.writes.get((AUX, a)) or run.copied_to.get((AUX, a))
+        where = f" ({_where(entry.line)})" if entry is not None else ""
+        return None, f"aux_out[{format_address(a)}]{where} is not an address that {q.name} visits at the new model trace." + did_you_mean(a, have)
+    if result.fresh:
+        shown = ", ".join(format_address(a) for a in result.fresh[:5])
+        return None, (f"{q.name} at the new model trace needs {shown}, which the transform did not "
+                      f"write or copy to aux_out")
+    return result.trace, None
+
+
+def _check_output_labels(run, side, new_trace):
+    for (s, address), w in run.writes.items():
+        if s != side:
+            continue
+        record = new_trace.choice_record(address)
+        if record is not None and record.dist.discrete != w.label.is_discrete:
+            kind = "discrete" if record.dist.discrete else "continuous"
+            raise LabelError(
+                f"{_OUT[side]}[{format_address(address)}] is written as {w.label} ({_where(w.line)}) "
+                f"but its distribution {record.dist!r} is {kind}. Use il.{kind}."
+            )
+    for c in run.copies:
+        if c.dst_side != side:
+            continue
+        record = new_trace.choice_record(c.dst_address)
+        if record is not None and record.dist.discrete != c.is_discrete:
+            raise LabelError(
+                f"copy from {_IN[c.src_side]}[{format_address(c.src_address)}] to "
+                f"{_OUT[side]}[{format_address(c.dst_address)}] ({_where(c.line)}) moves a "
+                f"{'discrete' if c.is_discrete else 'continuous'} value into a "
+                f"{'discrete' if record.dist.discrete else 'continuous'} choice."
+            )
+
+
+def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app):
+    """Match every continuous coordinate; compute the Jacobian of what is left."""
+    x_flat = model_trace.flat_records()
+    y_flat = aux_trace.flat_records()
+    xn_flat = new_model.flat_records()
+    yn_flat = new_aux.flat_records() if new_aux is not None else {}
+    inputs, outputs, eliminated = [], [], []
+    consumed = {}           # input key -> output key that uses it as a copy
+    written_outputs = []    # (coords, value)
+    for side, flat in ((MODEL, xn_flat), (AUX, yn_flat)):
+        for address, rec in flat.items():
+            if rec.dist.discrete:
+                continue
+            key = (side, address)
+            coords = _coords(_OUT[side], address, rec.value)
+            outputs.extend(coords)
+            if key in run.writes:
+                written_outputs.append((coords, run.writes[key].value))
+                continue
+            copy = run.copied_to.get(key)
+            src = (copy.src_side, copy.src_address) if copy is not None else key
+            kind = "copy" if copy is not None else "implicit"
+            if src in consumed:
+                raise TransformError(
+                    f"the value of {_IN[src[0]]}[{format_address(src[1])}] reaches two outputs "
+                    f"({_OUT[consumed[src][0]]}[{format_address(consumed[src][1])}] and "
+                    f"{_OUT[side]}[{format_address(address)}]): a continuous value cannot be "
+                    f"duplicated by an involution. If the model keeps it, do not copy it too."
+                )
+            consumed[src] = key
+            src_rec = (x_flat if src[0] == MODEL else y_flat)[src[1]]
+            src_coords = _coords(_IN[src[0]], src[1], src_rec.value)
+            eliminated.extend((ci, co, kind) for ci, co in zip(src_coords, coords))
+            if kind == "implicit":
+                app.copied_implicitly.append(address)
+    remaining_inputs, vanished = [], []
+    for side, flat in ((MODEL, x_flat), (AUX, y_flat)):
+        for address, rec in flat.items():
+            if rec.dist.discrete:
+                continue
+            key = (side, address)
+            coords = _coords(_IN[side], address, rec.value)
+            inputs.extend(coords)
+            if key in consumed:
+                continue
+            read = run.reads.get(key)
+            if read is not None and read.leaf is not None:
+                remaining_inputs.append((coords, read.leaf))
+            else:
+                vanished.append((key, rec))
+    if vanished:
+        (side, address), rec = vanished[0]
+        if side == MODEL and address in xn_flat:
+            what = (f"model address {format_address(address)} is overwritten in the new model trace "
+                    f"without its old value having been read or copied")
+        elif side == MODEL:
+            what = (f"continuous model address {format_address(address)} disappears from the new "
+                    f"model trace without having been read or copied")
+        else:
+            what = (f"auxiliary choice {format_address(address)} (sampled by the auxiliary program) "
+                    f"is neither read nor copied by the transform")
+        raise TransformError(
+            f"{what}: its information would be lost, so the transform cannot be a bijection. "
+            f"Read it (il.read(..., il.continuous)) and use it, or copy it to an output."
+        )
+    n_in = sum(len(cs) for cs, _ in remaining_inputs)
+    n_out = sum(len(cs) for cs, _ in written_outputs)
+    reduced, pass_through, graph = (None, [], None)
+    if n_in == n_out:
+        reduced, pass_through, graph = reduced_jacobian(written_outputs, remaining_inputs, None, None, eliminated)
+    if n_in != n_out or reduced is None:
+        ins = ", ".join(c.label() for cs, _ in remaining_inputs for c in cs) or "(none)"
+        outs = ", ".join(c.label() for cs, _ in written_outputs for c in cs) or "(none)"
+        raise DimensionError(
+            f"the transform {run.transform.name} maps {n_in} continuous input coordinate(s) to "
+            f"{n_out} output coordinate(s) (after removing copies); a bijection needs equal numbers. "
+            f"Inputs read: {ins}. Outputs written: {outs}. Add auxiliary choices on the smaller "
+            f"side (e.g. sample them in the auxiliary program) or write the missing outputs."
+        )
+    rows, cols, matrix, blocks, logdet = reduced
+    app.jacobian = JacobianRecord(inputs, outputs, eliminated + pass_through, rows, cols, matrix,
+                                  blocks, logdet, graph)
+
+
+def apply_transform(f, model_trace, aux_trace=None, q=None, q_args=(), check_dimension=True):
+    """Apply transform ``f`` to ``(model_trace, aux_trace)``; return an :class:`Application`.
+
+    ``q`` (the auxiliary program, called as ``q(trace, *q_args)``) is needed to
+    score the new auxiliary choices; without it the new auxiliary trace must be empty.
+    Raises :class:`~imcmc_lab.errors.TransformError` subclasses for broken rules;
+    records support failures in ``Application.problem``.
+    """
+    aux_trace = EMPTY_AUX if aux_trace is None else aux_trace
+    app = Application()
+    run = app.run = run_transform(f, model_trace, aux_trace if aux_trace is not EMPTY_AUX else None)
+    result = _model_update(run, model_trace)
+    app.new_model, app.model_log_ratio = result.trace, result.weight
+    app.discard = result.discard
+    _check_output_labels(run, MODEL, app.new_model)
+    aux_choices = run.output_choices(AUX)
+    if q is None:
+        if aux_choices:
+            a = next(iter(aux_choices))
+            raise TransformError(
+                f"the transform writes aux_out[{format_address(a)}] but the move has no auxiliary program")
+        app.new_aux, app.log_q_new = EMPTY_AUX, 0.0
+    else:
+        new_aux, problem = _aux_generate(q, q_args, app.new_model, aux_choices, run)
+        if new_aux is None:
+            raise TransformError(
+                f"the new auxiliary choices do not form a trace of {q.name}: {problem}. The transform "
+                f"must write (or copy) exactly the choices {q.name} makes at the new model trace."
+            )
+        app.new_aux, app.log_q_new = new_aux, new_aux.score
+        _check_output_labels(run, AUX, new_aux)
+    try:
+        _account(run, model_trace, aux_trace, app.new_model, app.new_aux, app)
+    except DimensionError as exc:
+        if check_dimension:
+            raise
+        app.problem = f"dimension: {exc}"
+        return app
+    if app.model_log_ratio == -math.inf or math.isnan(app.model_log_ratio):
+        app.problem = ("support: the new model trace has probability zero (p(x') = 0)"
+                       + _zero_density_addresses(app.new_model, "model_out"))
+    elif app.log_q_new == -math.inf:
+        app.problem = ("support: the new auxiliary choices have probability zero under q at the "
+                       "new model trace (q_{x'}(y') = 0)" + _zero_density_addresses(app.new_aux, "aux_out"))
+    return app
+
+
+def _zero_density_addresses(trace, name):
+    from ..core.values import format_value
+
+    bad = [(a, r) for a, r in trace.flat_records().items() if r.logpdf == -math.inf]
+    if not bad:
+        return ""
+    return ": " + "; ".join(f"{name}[{format_address(a)}] = {format_value(r.value)} is outside the "
+                            f"support of {r.dist!r}" for a, r in bad[:3])

@@ -1,0 +1,136 @@
+"""Dynamic checks for bugs in involutions (paper Algorithm 4 and Sec. 6).
+
+Three checks on a pair of traces ``(x, y)`` with ``(x', y') = f(x, y)``:
+
+* **support**: ``p(x') > 0`` and ``q_{x'}(y') > 0``;
+* **dimension**: as many continuous coordinates in as out, after copies;
+* **involution**: ``f(x', y') == (x, y)`` up to a tolerance, reporting the
+  addresses missing after, added after, and the values that differ.
+
+:func:`check_involution` runs them on randomized cases drawn from ``p`` and
+``q``; :func:`check_move` runs them on one move (``involutive_mcmc(check=True)``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..core.address import format_address
+from ..core.choicemap import as_choicemap
+from ..core.values import format_value, values_close
+from ..errors import ImcmcError, InvolutionCheckError
+from .apply import EMPTY_AUX, apply_transform
+
+__all__ = ["check_involution", "compare_choices", "ChoiceDifference", "InvolutionReport", "involution_problem"]
+
+
+class ChoiceDifference:
+    """How two choice maps differ: addresses missing after, added after, values that differ."""
+
+    def __init__(self, missing, added, differ):
+        self.missing, self.added, self.differ = missing, added, differ
+
+    def __bool__(self):
+        return bool(self.missing or self.added or self.differ)
+
+    def describe(self, name: str) -> str:
+        lines = []
+        if self.missing:
+            lines.append(f"  {name} addresses missing after applying f twice: "
+                         + ", ".join(format_address(a) for a in self.missing))
+        if self.added:
+            lines.append(f"  {name} addresses added after applying f twice: "
+                         + ", ".join(format_address(a) for a in self.added))
+        for a, before, after in self.differ:
+            lines.append(f"  {name} value at {format_address(a)} differs: before {format_value(before, 8)}, "
+                         f"after f(f(·)) {format_value(after, 8)}")
+        return "\n".join(lines)
+
+
+def compare_choices(before, after, rtol=1e-6, atol=1e-8) -> ChoiceDifference:
+    before, after = as_choicemap(before), as_choicemap(after)
+    b, a = before.to_dict(), after.to_dict()
+    missing = [k for k in b if k not in a]
+    added = [k for k in a if k not in b]
+    differ = [(k, b[k], a[k]) for k in b if k in a and not values_close(b[k], a[k], rtol, atol)]
+    return ChoiceDifference(missing, added, differ)
+
+
+def involution_problem(f, app, model_trace, aux_trace, q, q_args, rtol, atol, undo=None):
+    """Apply ``undo`` (default ``f`` itself) to the outputs of ``app``; describe how it
+    fails to return to ``(model_trace, aux_trace)``, or return None."""
+    back = apply_transform(undo or f, app.new_model, app.new_aux, q, q_args, check_dimension=False)
+    model_diff = compare_choices(model_trace.get_choices(), back.new_model.get_choices(), rtol, atol)
+    aux_before = aux_trace.get_choices() if aux_trace is not EMPTY_AUX else as_choicemap(None)
+    aux_after = back.new_aux.get_choices() if back.new_aux is not None else as_choicemap(None)
+    aux_diff = compare_choices(aux_before, aux_after, rtol, atol)
+    if not model_diff and not aux_diff:
+        return None
+    parts = [p for p in (model_diff.describe("model"), aux_diff.describe("auxiliary")) if p]
+    return "involution: f(f(x, y)) != (x, y):\n" + "\n".join(parts)
+
+
+class InvolutionReport:
+    """What :func:`check_involution` tested (returned when every trial passed)."""
+
+    def __init__(self, transform, trials, moves, jacobian_sizes):
+        self.transform, self.trials, self.moves, self.jacobian_sizes = transform, trials, moves, jacobian_sizes
+
+    def __repr__(self):
+        kinds = ", ".join(f"{k}: {n}" for k, n in sorted(self.moves.items(), key=lambda kv: -kv[1]))
+        sizes = sorted(set(self.jacobian_sizes))
+        return (f"check_involution({self.transform.name}): {self.trials} randomized trials passed "
+                f"(support, dimension, involution). Moves by discrete outcome: {kinds}. "
+                f"Reduced Jacobian sizes seen: {sizes}.")
+
+    def _repr_html_(self):
+        import html
+
+        return f"<div style='color:#1a7f37'>✔ {html.escape(repr(self))}</div>"
+
+
+def _move_kind(app):
+    """A short description of the move's discrete outcome (which addresses were written)."""
+    run = app.run
+    written = sorted(format_address(a) for (s, a), w in run.writes.items() if w.label.is_discrete)
+    return ", ".join(written) if written else "(no discrete writes)"
+
+
+def check_involution(p, p_args, q, f, trials: int = 100, q_args=(), observations=None,
+                     rtol: float = 1e-6, atol: float = 1e-8, seed=None) -> InvolutionReport:
+    """Algorithm 4: check ``f`` on ``trials`` randomized cases ``x ~ p``, ``y ~ q_x``.
+
+    ``observations`` (a choice map) are fixed in every ``x``. Raises
+    :class:`~imcmc_lab.errors.InvolutionCheckError` at the first failed check
+    (support, dimension or involution), with a report of the addresses involved;
+    transform-language errors (unknown address, wrong label, ...) propagate with
+    their own messages. Returns an :class:`InvolutionReport` if every trial passes.
+    For a transform paired with its inverse by :func:`pair_bijections`, checks
+    that the inverse undoes it.
+    """
+    if seed is not None:
+        torch.manual_seed(seed)
+    p_args = p_args if isinstance(p_args, tuple) else (p_args,)
+    moves, sizes = {}, []
+    for trial in range(1, trials + 1):
+        if observations is not None:
+            x, _ = p.generate(p_args, observations)
+        else:
+            x = p.simulate(*p_args)
+        y = q.simulate(x, *q_args) if q is not None else EMPTY_AUX
+        try:
+            app = apply_transform(f, x, y, q, q_args, check_dimension=False)
+        except ImcmcError as exc:
+            exc.args = (f"check_involution trial {trial}: {exc.args[0]}",) + exc.args[1:]
+            raise
+        problem = app.problem or involution_problem(f, app, x, y, q, q_args, rtol, atol,
+                                                    undo=getattr(f, "inverse", None))
+        if problem is not None:
+            context = (f"check_involution({f.name}) failed on trial {trial} of {trials} "
+                       f"(move: {_move_kind(app)}):\n{problem}")
+            raise InvolutionCheckError(context, report={"trial": trial, "model": x, "aux": y,
+                                                        "application": app, "problem": problem})
+        kind = _move_kind(app)
+        moves[kind] = moves.get(kind, 0) + 1
+        sizes.append(app.jacobian.reduced_size)
+    return InvolutionReport(f, trials, moves, sizes)

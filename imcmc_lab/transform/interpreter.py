@@ -1,0 +1,241 @@
+"""Running a transform: the RUN-INVOLUTION interpreter of the paper's Algorithm 2.
+
+:func:`run_transform` executes a transform on a model trace and an auxiliary
+trace, enforcing the language's rules (read inputs only, write outputs only,
+once each; labels match the choice's distribution; addresses exist), and
+returns a :class:`TransformRun`: what was read (continuous reads as autograd
+leaves), written and copied. The new traces and the Jacobian are derived from
+it in :mod:`.apply`.
+"""
+
+from __future__ import annotations
+
+import linecache
+
+import torch
+
+from ..core.address import did_you_mean, format_address
+from ..core.values import as_real
+from ..errors import AddressError, LabelError, TransformError
+from .language import AddressRef, TraceHandle, Transform, continuous, discrete
+
+__all__ = ["run_transform", "TransformRun", "Write", "Copy", "Read"]
+
+MODEL, AUX = "model", "aux"
+
+
+def _where(line) -> str:
+    filename, lineno = line
+    text = linecache.getline(filename, lineno).strip()
+    return f"line {lineno}: {text}" if text else f"line {lineno}"
+
+
+class Read:
+    """A read of an input address. ``leaf`` is the autograd leaf for continuous reads."""
+
+    __slots__ = ("side", "address", "label", "value", "leaf", "line")
+
+    def __init__(self, side, address, label, value, leaf, line):
+        self.side, self.address, self.label = side, address, label
+        self.value, self.leaf, self.line = value, leaf, line
+
+
+class Write:
+    """A write of ``value`` at an output address."""
+
+    __slots__ = ("side", "address", "label", "value", "line")
+
+    def __init__(self, side, address, label, value, line):
+        self.side, self.address, self.label, self.value, self.line = side, address, label, value, line
+
+
+class Copy:
+    """One copied leaf: ``source`` (input side, address) -> ``destination`` (output side, address)."""
+
+    __slots__ = ("src_side", "src_address", "dst_side", "dst_address", "value", "is_discrete", "line")
+
+    def __init__(self, src_side, src_address, dst_side, dst_address, value, is_discrete, line):
+        self.src_side, self.src_address = src_side, src_address
+        self.dst_side, self.dst_address = dst_side, dst_address
+        self.value, self.is_discrete, self.line = value, is_discrete, line
+
+
+class TransformRun:
+    """Everything one execution of a transform did."""
+
+    def __init__(self, transform, model_in, aux_in):
+        self.transform = transform
+        self.model_in, self.aux_in = model_in, aux_in
+        self.reads = {}      # (side, address) -> Read
+        self.writes = {}     # (side, address) -> Write
+        self.copies = []     # list of Copy (one per copied leaf)
+        self.copied_to = {}  # (side, address) -> Copy, by destination
+        self.retval = None
+
+    # -- results ----------------------------------------------------------
+    def output_choices(self, side, detach=True) -> dict:
+        """Flat ``{address: value}`` written or copied to ``side``'s output trace."""
+        out = {}
+        for (s, address), w in self.writes.items():
+            if s == side:
+                v = w.value
+                out[address] = v.detach() if detach and isinstance(v, torch.Tensor) else v
+        for c in self.copies:
+            if c.dst_side == side:
+                out[c.dst_address] = c.value
+        return out
+
+    def read_addresses(self, side=None):
+        return [a for (s, a) in self.reads if side is None or s == side]
+
+    def written_addresses(self, side=None):
+        return [a for (s, a) in self.writes if side is None or s == side]
+
+
+class _Interpreter:
+    def __init__(self, run: TransformRun):
+        self.run = run
+        self.traces = {MODEL: run.model_in, AUX: run.aux_in}
+
+    def handles(self, one_trace_names=None):
+        if one_trace_names:
+            t_in, t_out = one_trace_names
+            return (TraceHandle(t_in, MODEL, True, self), TraceHandle("aux_in", AUX, True, self),
+                    TraceHandle(t_out, MODEL, False, self), TraceHandle("aux_out", AUX, False, self))
+        return (TraceHandle("model_in", MODEL, True, self), TraceHandle("aux_in", AUX, True, self),
+                TraceHandle("model_out", MODEL, False, self), TraceHandle("aux_out", AUX, False, self))
+
+    # -- read ------------------------------------------------------------
+    def _input(self, ref: AddressRef, what: str, line):
+        handle = ref.handle
+        if not handle.is_input:
+            raise TransformError(
+                f"{what} {ref.describe()} ({_where(line)}): {handle.name} is an output trace; "
+                f"a transform reads only from input traces. Read the input address instead "
+                f"(e.g. model_in[...] rather than model_out[...])."
+            )
+        trace = self.traces[handle.side]
+        if trace is None:
+            raise TransformError(
+                f"{what} {ref.describe()} ({_where(line)}): this transform runs without an "
+                f"auxiliary trace (no auxiliary program was given)."
+            )
+        return trace
+
+    def read(self, ref: AddressRef, label, line):
+        trace = self._input(ref, "read of", line)
+        key = (ref.handle.side, ref.address)
+        seen = self.run.reads.get(key)
+        if seen is not None:
+            if seen.label is not label:
+                raise LabelError(
+                    f"{ref.describe()} is read as {label} ({_where(line)}) but was read as "
+                    f"{seen.label} before ({_where(seen.line)})."
+                )
+            return seen.leaf if seen.leaf is not None else seen.value
+        record = trace.choice_record(ref.address) if ref.address else None
+        if record is None:
+            if ref.address == () or ref.address in trace:
+                # A sub-call's return value or a namespace: discrete information only.
+                if label is continuous:
+                    raise LabelError(
+                        f"{ref.describe()} ({_where(line)}) is not a single random choice (it is "
+                        f"a namespace or a sub-call's return value); read it as discrete, or read "
+                        f"its continuous choices one by one."
+                    )
+                value = trace[ref.address]
+                self.run.reads[key] = Read(ref.handle.side, ref.address, label, value, None, line)
+                return value
+            raise AddressError(
+                f"read of {ref.describe()} ({_where(line)}): the {ref.handle.name} trace has no "
+                f"address {format_address(ref.address)}."
+                + did_you_mean(ref.address, trace.flat_records())
+            )
+        if record.dist.discrete != label.is_discrete:
+            kind = "discrete" if record.dist.discrete else "continuous"
+            hint = ("its derivative would be lost and the Jacobian would be wrong"
+                    if not record.dist.discrete else "discrete values have no derivative")
+            raise LabelError(
+                f"{ref.describe()} is read as {label} ({_where(line)}) but its distribution "
+                f"{record.dist!r} is {kind}: {hint}. Use il.{kind}."
+            )
+        if label is discrete:
+            value = record.value
+            self.run.reads[key] = Read(ref.handle.side, ref.address, label, value, None, line)
+            return value
+        leaf = record.value.detach().clone().requires_grad_(True)
+        self.run.reads[key] = Read(ref.handle.side, ref.address, label, record.value, leaf, line)
+        return leaf
+
+    # -- write -----------------------------------------------------------
+    def _output(self, ref: AddressRef, what, line):
+        handle = ref.handle
+        if handle.is_input:
+            raise TransformError(
+                f"{what} {ref.describe()} ({_where(line)}): {handle.name} is an input trace; a "
+                f"transform writes only to output traces. Write to "
+                f"{'model_out' if handle.side == MODEL else 'aux_out'}[...] instead."
+            )
+        if not ref.address:
+            raise TransformError(f"{what} {ref.describe()} ({_where(line)}): give an address to write")
+        key = (handle.side, ref.address)
+        earlier = self.run.writes.get(key) or self.run.copied_to.get(key)
+        if earlier is not None:
+            raise TransformError(
+                f"{ref.describe()} is written twice: at {_where(earlier.line)} and again at "
+                f"{_where(line)}. Each output address gets exactly one value."
+            )
+        return key
+
+    def write(self, ref: AddressRef, value, label, line):
+        key = self._output(ref, "write to", line)
+        if label is continuous:
+            if not isinstance(value, torch.Tensor):
+                value = as_real(value)
+            elif value.dtype != torch.float64:
+                value = value.to(torch.float64)
+        elif isinstance(value, torch.Tensor) and value.ndim == 0:
+            value = value.item()
+        self.run.writes[key] = Write(key[0], key[1], label, value, line)
+
+    # -- copy ------------------------------------------------------------
+    def copy(self, src: AddressRef, dst: AddressRef, line):
+        trace = self._input(src, "copy from", line)
+        self._output(dst, "copy to", line)
+        record = trace.choice_record(src.address) if src.address else None
+        if record is not None:
+            leaves = [((), record)]
+        else:
+            flat = trace.flat_records()
+            n = len(src.address)
+            leaves = [(a[n:], r) for a, r in flat.items() if len(a) > n and a[:n] == src.address]
+            if not leaves:
+                raise AddressError(
+                    f"copy from {src.describe()} ({_where(line)}): the {src.handle.name} trace has "
+                    f"no address or namespace {format_address(src.address)}."
+                    + did_you_mean(src.address, flat)
+                )
+        for suffix, rec in leaves:
+            dkey = (dst.handle.side, dst.address + suffix)
+            earlier = self.run.writes.get(dkey) or self.run.copied_to.get(dkey)
+            if earlier is not None:
+                raise TransformError(
+                    f"{dst.handle.name}[{format_address(dkey[1])}] is written twice: at "
+                    f"{_where(earlier.line)} and again by the copy at {_where(line)}."
+                )
+            c = Copy(src.handle.side, src.address + suffix, dkey[0], dkey[1], rec.value,
+                     rec.dist.discrete, line)
+            self.run.copies.append(c)
+            self.run.copied_to[dkey] = c
+
+
+def run_transform(f: Transform, model_trace, aux_trace, args=()) -> TransformRun:
+    """Execute transform ``f`` on ``(model_trace, aux_trace)``; see :class:`TransformRun`."""
+    if not isinstance(f, Transform):
+        raise TransformError(f"expected a transform made with @il.transform, got {f!r}")
+    run = TransformRun(f, model_trace, aux_trace)
+    interp = _Interpreter(run)
+    names = ("t_in", "t_out") if f.one_trace else None
+    with torch.enable_grad():
+        run.retval = f.run_on(interp.handles(names), *args)
+    return run

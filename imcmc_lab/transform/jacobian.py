@@ -1,0 +1,281 @@
+"""The Jacobian of a transform's continuous part, with copy sparsity (paper Sec. 5.1).
+
+Rows are output coordinates, columns input coordinates (``J[i, j] = ∂out_i/∂in_j``).
+A row that is an exact copy of one input coordinate is a unit row: expanding the
+determinant along it removes that row and that column. So
+
+* explicit copies (``copy``) and implicit copies (model addresses the transform
+  leaves alone) are eliminated without any autodiff;
+* single coordinates of a vector choice that pass through unchanged (the
+  untouched entries of a mixture's weight vector) are found by value, verified
+  with one vector-Jacobian product, and eliminated;
+* the rest is computed with one batched autodiff pass and split into
+  independent blocks (connected components of the read -> write dependency
+  graph), each with its own determinant.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["Coordinate", "JacobianRecord", "Block", "reduced_jacobian"]
+
+
+class Coordinate(tuple):
+    """``(trace, address, index)``: one real coordinate; ``index`` is None for scalars."""
+
+    __slots__ = ()
+
+    def __new__(cls, trace, address, index=None):
+        return tuple.__new__(cls, (trace, address, index))
+
+    @property
+    def trace(self):
+        return self[0]
+
+    @property
+    def address(self):
+        return self[1]
+
+    @property
+    def index(self):
+        return self[2]
+
+    def label(self) -> str:
+        from ..core.address import format_address
+
+        text = f"{self[0]}[{format_address(self[1])}]"
+        return text if self[2] is None else f"{text}[{self[2]}]"
+
+    def __repr__(self):
+        return self.label()
+
+
+class Block:
+    """An independent square block of the reduced Jacobian."""
+
+    __slots__ = ("rows", "cols", "matrix", "logabsdet")
+
+    def __init__(self, rows, cols, matrix, logabsdet):
+        self.rows, self.cols, self.matrix, self.logabsdet = rows, cols, matrix, logabsdet
+
+    @property
+    def size(self):
+        return (len(self.rows), len(self.cols))
+
+    def __repr__(self):
+        return f"Block({len(self.rows)}x{len(self.cols)}, log|det|={self.logabsdet:.4g})"
+
+
+class JacobianRecord:
+    """The Jacobian of one transform application, as a record for people and widgets.
+
+    ``inputs``/``outputs``: every continuous coordinate on each side.
+    ``eliminated``: ``(input, output, kind)`` with kind ``"copy"``, ``"implicit"``
+    (model address left unchanged) or ``"pass-through"`` (vector coordinate).
+    ``rows``/``cols``: the coordinates of the reduced matrix ``reduced``;
+    ``blocks`` its independent parts; ``logabsdet`` the total ``log |det J|``.
+    """
+
+    def __init__(self, inputs, outputs, eliminated, rows, cols, reduced, blocks, logabsdet, graph=None):
+        self.inputs, self.outputs, self.eliminated = inputs, outputs, eliminated
+        self.rows, self.cols, self.reduced = rows, cols, reduced
+        self.blocks, self.logabsdet = blocks, logabsdet
+        self._graph = graph
+        self._dense = None
+
+    @property
+    def reduced_size(self):
+        return tuple(self.reduced.shape)
+
+    @property
+    def full_size(self):
+        return (len(self.outputs), len(self.inputs))
+
+    def dense(self) -> torch.Tensor:
+        """The full Jacobian over every continuous coordinate (computed on demand)."""
+        if self._dense is None:
+            self._dense = _dense_jacobian(self)
+        return self._dense
+
+    def __repr__(self):
+        return (f"JacobianRecord(full {self.full_size[0]}x{self.full_size[1]}, reduced "
+                f"{self.reduced_size[0]}x{self.reduced_size[1]} in {len(self.blocks)} block(s), "
+                f"log|det| = {self.logabsdet:.6g})")
+
+
+def _flatten(value):
+    return value.reshape(-1) if isinstance(value, torch.Tensor) else torch.as_tensor([value])
+
+
+def _coords(trace_name, address, value):
+    if isinstance(value, torch.Tensor) and value.ndim > 0:
+        return [Coordinate(trace_name, address, i) for i in range(value.numel())]
+    return [Coordinate(trace_name, address)]
+
+
+def _batched_rows(out_cat, leaves, row_ids):
+    """Rows ``row_ids`` of d out_cat / d leaves, in one batched autodiff pass."""
+    n_cols = sum(l.numel() for l in leaves)
+    if not row_ids or not out_cat.requires_grad:
+        return torch.zeros((len(row_ids), n_cols), dtype=torch.float64)
+    selector = torch.zeros((len(row_ids), out_cat.numel()), dtype=out_cat.dtype)
+    selector[torch.arange(len(row_ids)), torch.as_tensor(row_ids)] = 1.0
+    try:
+        grads = torch.autograd.grad(out_cat, leaves, grad_outputs=selector, retain_graph=True,
+                                    allow_unused=True, is_grads_batched=True)
+    except RuntimeError:
+        # Some operations have no batching rule: fall back to one pass per row.
+        grads = [[] for _ in leaves]
+        for k in range(len(row_ids)):
+            g = torch.autograd.grad(out_cat, leaves, grad_outputs=selector[k], retain_graph=True,
+                                    allow_unused=True)
+            for j, gj in enumerate(g):
+                grads[j].append(torch.zeros_like(leaves[j]) if gj is None else gj)
+        grads = [torch.stack(g) for g in grads]
+    parts = []
+    for leaf, g in zip(leaves, grads):
+        if g is None:
+            parts.append(torch.zeros((len(row_ids), leaf.numel()), dtype=torch.float64))
+        else:
+            parts.append(g.reshape(len(row_ids), -1))
+    return torch.cat(parts, dim=1) if parts else torch.zeros((len(row_ids), 0), dtype=torch.float64)
+
+
+def _components(matrix):
+    """Connected components of the bipartite nonzero pattern: list of (rows, cols)."""
+    m, n = matrix.shape
+    parent = list(range(m + n))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, j in torch.nonzero(matrix).tolist():
+        a, b = find(i), find(m + j)
+        if a != b:
+            parent[a] = b
+    groups = {}
+    for i in range(m + n):
+        groups.setdefault(find(i), ([], []))
+        (groups[find(i)][0] if i < m else groups[find(i)][1]).append(i if i < m else i - m)
+    return [g for g in groups.values() if g[0] or g[1]]
+
+
+def reduced_jacobian(outputs, inputs, eliminated_in, eliminated_out, eliminated):
+    """Compute the reduced Jacobian and its log-determinant.
+
+    ``outputs``: list of ``(Coordinate-list, value tensor)`` for written continuous outputs;
+    ``inputs``: list of ``(Coordinate-list, autograd leaf)`` for remaining inputs.
+    ``eliminated_*``: coordinates already removed by copies (for the record).
+    """
+    out_coords = [c for cs, _ in outputs for c in cs]
+    in_coords = [c for cs, _ in inputs for c in cs]
+    values = [v for _, v in outputs]
+    leaves = [l for _, l in inputs]
+    out_cat = torch.cat([_flatten(v).to(torch.float64) for v in values]) if values \
+        else torch.zeros(0, dtype=torch.float64)
+    # Pass-through coordinates of vector choices: an output coordinate equal to a
+    # coordinate of the input at the same address. Verified below, then eliminated.
+    candidates = _pass_through_candidates(outputs, inputs)
+    if candidates and not _verify_pass_through(out_cat, leaves, candidates, len(in_coords)):
+        candidates = []
+    passed_rows = {r for r, _ in candidates}
+    passed_cols = {c for _, c in candidates}
+    rows = [i for i in range(len(out_coords)) if i not in passed_rows]
+    cols = [j for j in range(len(in_coords)) if j not in passed_cols]
+    pass_through = [(in_coords[c], out_coords[r], "pass-through") for r, c in candidates]
+    graph = (out_cat, leaves, out_coords, in_coords)
+    if len(rows) != len(cols):
+        return None, pass_through, graph
+    full_rows = _batched_rows(out_cat, leaves, rows) if rows else torch.zeros((0, len(in_coords)), dtype=torch.float64)
+    reduced = full_rows[:, cols] if cols else full_rows[:, :0]
+    blocks, total = [], 0.0
+    for brows, bcols in _components(reduced):
+        sub = reduced[brows][:, bcols]
+        if len(brows) != len(bcols):
+            logdet = -math.inf
+        else:
+            sign, logdet = torch.linalg.slogdet(sub)
+            logdet = -math.inf if float(sign) == 0 else float(logdet)
+        blocks.append(Block([out_coords[rows[i]] for i in brows], [in_coords[cols[j]] for j in bcols],
+                            sub.detach(), logdet))
+        total += logdet
+    record_rows = [out_coords[i] for i in rows]
+    record_cols = [in_coords[j] for j in cols]
+    return (record_rows, record_cols, reduced.detach(), blocks, total), pass_through, graph
+
+
+def _pass_through_candidates(outputs, inputs):
+    """``(row, col)`` pairs where a vector output coordinate equals an input coordinate
+    of the same trace side and address."""
+    by_key = {}
+    offset = 0
+    for cs, leaf in inputs:
+        if leaf.ndim > 0:
+            by_key[(cs[0].trace.split("_")[0], cs[0].address)] = (offset, leaf.detach().reshape(-1))
+        offset += len(cs)
+    pairs, row = [], 0
+    for cs, value in outputs:
+        n = len(cs)
+        if isinstance(value, torch.Tensor) and value.ndim > 0:
+            match = by_key.get((cs[0].trace.split("_")[0], cs[0].address))
+            if match is not None:
+                col0, in_vals = match
+                out_vals = value.detach().reshape(-1)
+                index = {}
+                for j, v in enumerate(in_vals.tolist()):
+                    index.setdefault(v, []).append(j)
+                for i, v in enumerate(out_vals.tolist()):
+                    js = index.get(v)
+                    if js is not None and len(js) == 1:
+                        pairs.append((row + i, col0 + js[0]))
+                # one output coordinate per input coordinate
+                seen, unique = set(), []
+                for r, c in pairs:
+                    if c not in seen:
+                        seen.add(c)
+                        unique.append((r, c))
+                pairs = unique
+        row += n
+    return pairs
+
+
+def _verify_pass_through(out_cat, leaves, candidates, n_cols):
+    """One VJP with random weights: candidate rows must be exactly the unit rows claimed."""
+    if not out_cat.requires_grad:
+        return False
+    gen = torch.Generator().manual_seed(12345)  # never touches the global RNG
+    weights = torch.rand(len(candidates), generator=gen, dtype=torch.float64) + 0.5
+    v = torch.zeros_like(out_cat)
+    expected = torch.zeros(n_cols, dtype=torch.float64)
+    for w, (r, c) in zip(weights, candidates):
+        v[r] = w
+        expected[c] = w
+    grads = torch.autograd.grad(out_cat, leaves, grad_outputs=v, retain_graph=True, allow_unused=True)
+    got = torch.cat([torch.zeros(l.numel(), dtype=torch.float64) if g is None else g.reshape(-1)
+                     for l, g in zip(leaves, grads)]) if leaves else torch.zeros(0, dtype=torch.float64)
+    return bool(torch.allclose(got, expected, rtol=1e-12, atol=1e-12))
+
+
+def _dense_jacobian(record: JacobianRecord) -> torch.Tensor:
+    """Full matrix over every continuous coordinate; copies are unit entries."""
+    out_index = {c: i for i, c in enumerate(record.outputs)}
+    in_index = {c: j for j, c in enumerate(record.inputs)}
+    dense = torch.zeros((len(record.outputs), len(record.inputs)), dtype=torch.float64)
+    for cin, cout, _kind in record.eliminated:
+        if cin in in_index and cout in out_index:
+            dense[out_index[cout], in_index[cin]] = 1.0
+    if record._graph is not None:
+        out_cat, leaves, out_coords, in_coords = record._graph
+        if out_coords and leaves:
+            full = _batched_rows(out_cat, leaves, list(range(len(out_coords))))
+            for i, co in enumerate(out_coords):
+                for j, ci in enumerate(in_coords):
+                    if full[i, j] != 0 and co in out_index and ci in in_index:
+                        dense[out_index[co], in_index[ci]] = full[i, j]
+    return dense

@@ -1,0 +1,223 @@
+"""The trace-transform language (paper Sec. 4.2): ``read``, ``write``, ``copy``, ``tcall``.
+
+A transform is a Python function over four traces::
+
+    @il.transform
+    def f(model_in, aux_in, model_out, aux_out):
+        k = il.read(model_in["k"], il.discrete)
+        il.write(model_out["k"], k + 1, il.discrete)
+        il.copy(model_in["mu", 1], aux_out["mu_old"])
+
+It may only *read* from the input traces and only *write* to the output
+traces. ``model_in["k"]`` is an :class:`AddressRef` (a trace and an address),
+not a value: the interpreter (see :mod:`.interpreter`) answers each statement,
+records what was read, written and copied, and tracks continuous reads with
+autograd so the Jacobian can be derived.
+
+The one-trace form ``def f(t_in, t_out)`` is for deterministic transforms of a
+model trace alone.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import threading
+
+from ..core.address import format_address, normalize_address
+from ..errors import TransformError
+
+__all__ = ["discrete", "continuous", "read", "write", "copy", "tcall", "transform", "Transform",
+           "AddressRef", "TraceHandle", "pair_bijections", "involution_from_bijections"]
+
+
+class Label:
+    """``discrete`` or ``continuous``: how a transform treats a choice's value."""
+
+    __slots__ = ("name", "is_discrete")
+
+    def __init__(self, name, is_discrete):
+        self.name, self.is_discrete = name, is_discrete
+
+    def __repr__(self):
+        return self.name
+
+
+discrete = Label("discrete", True)
+continuous = Label("continuous", False)
+
+
+def _as_label(label):
+    if isinstance(label, Label):
+        return label
+    if label in ("discrete", ":discrete"):
+        return discrete
+    if label in ("continuous", ":continuous"):
+        return continuous
+    raise TransformError(f"a label is il.discrete or il.continuous, got {label!r}")
+
+
+class TraceHandle:
+    """One of the four traces a transform sees; indexing gives an :class:`AddressRef`."""
+
+    __slots__ = ("name", "side", "is_input", "interp")
+
+    def __init__(self, name, side, is_input, interp):
+        self.name, self.side, self.is_input, self.interp = name, side, is_input, interp
+
+    def __getitem__(self, address):
+        return AddressRef(self, normalize_address(address) if address != () else ())
+
+    def __repr__(self):
+        return f"<{self.name}>"
+
+
+class AddressRef:
+    """``trace[address]`` inside a transform: where to read, write or copy."""
+
+    __slots__ = ("handle", "address")
+
+    def __init__(self, handle, address):
+        self.handle, self.address = handle, address
+
+    def describe(self) -> str:
+        return f"{self.handle.name}[{format_address(self.address)}]" if self.address else f"{self.handle.name}[()]"
+
+    def __repr__(self):
+        return f"<{self.describe()}>"
+
+
+def _check_ref(ref, what):
+    if not isinstance(ref, AddressRef):
+        raise TransformError(
+            f"{what} expects a trace address such as model_in[\"k\"], got {ref!r}"
+        )
+    return ref
+
+
+def _caller_line():
+    frame = sys._getframe(2)
+    return (frame.f_code.co_filename, frame.f_lineno)
+
+
+def read(ref, label):
+    """The value at an input address; a tracked tensor if ``label`` is ``continuous``."""
+    ref = _check_ref(ref, "read")
+    return ref.handle.interp.read(ref, _as_label(label), _caller_line())
+
+
+def write(ref, value, label):
+    """Set an output address to ``value``."""
+    ref = _check_ref(ref, "write")
+    return ref.handle.interp.write(ref, value, _as_label(label), _caller_line())
+
+
+def copy(source, destination):
+    """Copy a leaf or a whole namespace from an input trace to an output trace unchanged."""
+    source = _check_ref(source, "copy")
+    destination = _check_ref(destination, "copy")
+    return source.handle.interp.copy(source, destination, _caller_line())
+
+
+_local = threading.local()
+
+
+def current_handles():
+    handles = getattr(_local, "handles", None)
+    if handles is None:
+        raise TransformError("tcall(...) can only be used inside a running transform")
+    return handles
+
+
+def tcall(other, *args):
+    """Run another transform on the same traces (composition); returns its return value."""
+    if not isinstance(other, Transform):
+        raise TransformError(f"tcall expects a transform (made with @il.transform), got {other!r}")
+    return other.run_on(current_handles(), *args)
+
+
+class Transform:
+    """A trace transform (built by :func:`transform`).
+
+    ``one_trace`` transforms have the signature ``(t_in, t_out, *args)``.
+    ``inverse`` is set by :func:`pair_bijections`.
+    """
+
+    def __init__(self, fn, one_trace=False):
+        self.fn = fn
+        self.name = getattr(fn, "__name__", "transform")
+        self.one_trace = one_trace
+        self.inverse = None
+        self.__doc__ = fn.__doc__
+
+    def run_on(self, handles, *args):
+        model_in, aux_in, model_out, aux_out = handles
+        saved = getattr(_local, "handles", None)
+        _local.handles = handles
+        try:
+            if self.one_trace:
+                return self.fn(model_in, model_out, *args)
+            return self.fn(model_in, aux_in, model_out, aux_out, *args)
+        finally:
+            _local.handles = saved
+
+    def __call__(self, *args, **kwargs):
+        raise TransformError(
+            f"transform {self.name} is not called directly: pass it to il.involutive_mcmc, "
+            f"il.apply_transform or il.check_involution, or compose it with tcall({self.name}, ...)"
+        )
+
+    def __repr__(self):
+        form = "(t_in) to (t_out)" if self.one_trace else "(model_in, aux_in) to (model_out, aux_out)"
+        return f"<transform {self.name} {form}>"
+
+
+def transform(fn=None, *, one_trace=None):
+    """Decorator: make a trace transform from a Python function.
+
+    The four-trace form is ``def f(model_in, aux_in, model_out, aux_out, *args)``;
+    a function with exactly two parameters is the one-trace form
+    ``def f(t_in, t_out)`` (or say ``@transform(one_trace=True)``).
+    """
+
+    def wrap(fn):
+        form = one_trace
+        if form is None:
+            params = [p for p in inspect.signature(fn).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            form = len(params) == 2
+        return Transform(fn, one_trace=form)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def pair_bijections(f: Transform, f_inv: Transform):
+    """Declare two transforms mutually inverse (Gen's ``pair_bijections!``)."""
+    f.inverse, f_inv.inverse = f_inv, f
+    return f, f_inv
+
+
+def involution_from_bijections(f: Transform, f_inv: Transform, forward):
+    """An involution that applies ``f`` on its domain and ``f_inv`` elsewhere.
+
+    ``forward`` says which side a pair of input traces is on: either the address
+    of a discrete auxiliary choice that is ``True`` for ``f`` (the involution
+    then writes its negation to ``aux_out``), or a function
+    ``forward(model_in, aux_in) -> bool`` that reads what it needs.
+    The result is an involution exactly when ``f`` and ``f_inv`` are inverse
+    bijections; ``check_involution`` tests that.
+    """
+    pair_bijections(f, f_inv)
+    if callable(forward):
+        def both(model_in, aux_in, model_out, aux_out):
+            return tcall(f if forward(model_in, aux_in) else f_inv)
+    else:
+        flag = normalize_address(forward)
+
+        def both(model_in, aux_in, model_out, aux_out):
+            go = bool(read(aux_in[flag], discrete))
+            write(aux_out[flag], not go, discrete)
+            return tcall(f if go else f_inv)
+
+    both.__name__ = f"involution({f.name}, {f_inv.name})"
+    return Transform(both)

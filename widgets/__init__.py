@@ -1,0 +1,1 @@
+"""ipywidgets views of imcmc-lab move records and chains."""
