@@ -14,7 +14,7 @@ from .errors import (AddressError, ConstraintError, DimensionError, Distribution
                      DuplicateAddressError, ImcmcError, InvolutionCheckError, LabelError,
                      TransformError)
 from .modeling import (GenerativeFunction, Map, Trace, Unfold, count_work, gen)
-from .transform import (Transform, apply_transform, check_involution, continuous, copy, discrete,
+from .transform import (Transform, apply_transform, check_involution, continuous, copy, discrete, exists,
                         involution_from_bijections, pair_bijections, read, tcall, transform, write)
 from .inference import (HMC, MH, Chain, InvolutiveKernel, Kernel, MoveRecord, cycle, hmc,
                         involutive_mcmc, involutive_move, mh, mixture, repeat, run_chain)

@@ -167,6 +167,10 @@ class _Interpreter:
         self.run.reads[key] = Read(ref.handle.side, ref.address, label, record.value, leaf, line)
         return leaf
 
+    def exists(self, ref: AddressRef, line) -> bool:
+        trace = self._input(ref, "exists on", line)
+        return ref.address == () or ref.address in trace
+
     # -- write -----------------------------------------------------------
     def _output(self, ref: AddressRef, what, line):
         handle = ref.handle

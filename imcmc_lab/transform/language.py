@@ -27,7 +27,7 @@ import threading
 from ..core.address import format_address, normalize_address
 from ..errors import TransformError
 
-__all__ = ["discrete", "continuous", "read", "write", "copy", "tcall", "transform", "Transform",
+__all__ = ["discrete", "continuous", "read", "exists", "write", "copy", "tcall", "transform", "Transform",
            "AddressRef", "TraceHandle", "pair_bijections", "involution_from_bijections"]
 
 
@@ -104,6 +104,12 @@ def read(ref, label):
     """The value at an input address; a tracked tensor if ``label`` is ``continuous``."""
     ref = _check_ref(ref, "read")
     return ref.handle.interp.read(ref, _as_label(label), _caller_line())
+
+
+def exists(ref) -> bool:
+    """Whether an input trace has this address (a leaf or a namespace); discrete information."""
+    ref = _check_ref(ref, "exists")
+    return ref.handle.interp.exists(ref, _caller_line())
 
 
 def write(ref, value, label):
