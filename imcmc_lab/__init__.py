@@ -28,3 +28,10 @@ def load_ipython_extension(ipython):
     from imcmc_lab.magics import load_ipython_extension as _load
 
     _load(ipython)
+
+
+def unload_ipython_extension(ipython):
+    """``%unload_ext imcmc_lab``: remove the magics and the names they injected."""
+    from imcmc_lab.magics import unload_ipython_extension as _unload
+
+    _unload(ipython)
