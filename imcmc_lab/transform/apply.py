@@ -190,7 +190,7 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
             eliminated.extend((ci, co, kind) for ci, co in zip(src_coords, coords))
             if kind == "implicit":
                 app.copied_implicitly.append(address)
-    remaining_inputs, vanished = [], []
+    remaining_inputs, vanished, read_inputs = [], [], []
     for side, flat in ((MODEL, x_flat), (AUX, y_flat)):
         for address, rec in flat.items():
             if rec.dist.discrete:
@@ -198,9 +198,11 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
             key = (side, address)
             coords = _coords(_IN[side], address, rec.value)
             inputs.extend(coords)
+            read = run.reads.get(key)
+            if read is not None and read.leaf is not None:
+                read_inputs.append((coords, read.leaf))   # every continuous read, for dense()
             if key in consumed:
                 continue
-            read = run.reads.get(key)
             if read is not None and read.leaf is not None:
                 remaining_inputs.append((coords, read.leaf))
             else:
@@ -235,6 +237,9 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
             f"side (e.g. sample them in the auxiliary program) or write the missing outputs."
         )
     rows, cols, matrix, blocks, logdet = reduced
+    # dense() differentiates with respect to every continuous read, including reads of
+    # copied coordinates (their columns are not unit columns when a written value uses them).
+    graph = (graph[0], [l for _, l in read_inputs], graph[2], [c for cs, _ in read_inputs for c in cs])
     app.jacobian = JacobianRecord(inputs, outputs, eliminated + pass_through, rows, cols, matrix,
                                   blocks, logdet, graph)
 

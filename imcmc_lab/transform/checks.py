@@ -19,7 +19,7 @@ from ..core.address import format_address
 from ..core.choicemap import as_choicemap
 from ..core.values import format_value, values_close
 from ..errors import ImcmcError, InvolutionCheckError
-from .apply import EMPTY_AUX, apply_transform
+from .apply import _IN, EMPTY_AUX, apply_transform
 
 __all__ = ["check_involution", "compare_choices", "ChoiceDifference", "InvolutionReport", "involution_problem"]
 
@@ -96,6 +96,13 @@ def _move_kind(app):
     return ", ".join(written) if written else "(no discrete writes)"
 
 
+def _discrete_reads(app):
+    """The discrete values the transform read, e.g. ``model_in['k'] = 3, aux_in['idx'] = 1``."""
+    shown = [f"{_IN[s]}[{format_address(a)}] = {format_value(r.value)}"
+             for (s, a), r in app.run.reads.items() if r.leaf is None and a]
+    return ", ".join(shown) if shown else "(none)"
+
+
 def check_involution(p, p_args, q, f, trials: int = 100, q_args=(), observations=None,
                      rtol: float = 1e-6, atol: float = 1e-8, seed=None) -> InvolutionReport:
     """Algorithm 4: check ``f`` on ``trials`` randomized cases ``x ~ p``, ``y ~ q_x``.
@@ -120,14 +127,16 @@ def check_involution(p, p_args, q, f, trials: int = 100, q_args=(), observations
         y = q.simulate(x, *q_args) if q is not None else EMPTY_AUX
         try:
             app = apply_transform(f, x, y, q, q_args, check_dimension=False)
+            # (the second application can raise too: say which trial it was)
+            problem = app.problem or involution_problem(f, app, x, y, q, q_args, rtol, atol,
+                                                        undo=getattr(f, "inverse", None))
         except ImcmcError as exc:
             exc.args = (f"check_involution trial {trial}: {exc.args[0]}",) + exc.args[1:]
             raise
-        problem = app.problem or involution_problem(f, app, x, y, q, q_args, rtol, atol,
-                                                    undo=getattr(f, "inverse", None))
         if problem is not None:
             context = (f"check_involution({f.name}) failed on trial {trial} of {trials} "
-                       f"(move: {_move_kind(app)}):\n{problem}")
+                       f"(move: {_move_kind(app)}; discrete inputs read: {_discrete_reads(app)}):"
+                       f"\n{problem}")
             raise InvolutionCheckError(context, report={"trial": trial, "model": x, "aux": y,
                                                         "application": app, "problem": problem})
         kind = _move_kind(app)

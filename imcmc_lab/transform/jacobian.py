@@ -251,11 +251,11 @@ def _verify_pass_through(out_cat, leaves, candidates, n_cols):
         return False
     gen = torch.Generator().manual_seed(12345)  # never touches the global RNG
     weights = torch.rand(len(candidates), generator=gen, dtype=torch.float64) + 0.5
+    rows, cols = torch.as_tensor(candidates, dtype=torch.long).T   # vectorized: O(M) stays cheap
     v = torch.zeros_like(out_cat)
     expected = torch.zeros(n_cols, dtype=torch.float64)
-    for w, (r, c) in zip(weights, candidates):
-        v[r] = w
-        expected[c] = w
+    v[rows] = weights
+    expected[cols] = weights
     grads = torch.autograd.grad(out_cat, leaves, grad_outputs=v, retain_graph=True, allow_unused=True)
     got = torch.cat([torch.zeros(l.numel(), dtype=torch.float64) if g is None else g.reshape(-1)
                      for l, g in zip(leaves, grads)]) if leaves else torch.zeros(0, dtype=torch.float64)
