@@ -19,7 +19,8 @@ from ..errors import AddressError
 from .address import did_you_mean, format_address, normalize_address
 from .values import format_value, values_close, values_equal
 
-__all__ = ["ChoiceMap", "Selection", "as_choicemap", "choicemap", "select", "select_all", "EMPTY"]
+__all__ = ["ChoiceMap", "Selection", "as_choicemap", "as_selection", "choicemap", "select",
+           "select_all", "EMPTY"]
 
 
 class ChoiceMap:
@@ -286,6 +287,15 @@ class Selection:
 
 
 ALL = Selection(all_addresses=True)
+
+
+def as_selection(selection) -> Selection:
+    """Accept a Selection, one address (``"k"``, ``("mu", 2)``) or a list/set of addresses."""
+    if isinstance(selection, Selection):
+        return selection
+    if isinstance(selection, (list, set, frozenset)):
+        return Selection(selection)
+    return Selection([selection])
 
 
 def select(*addresses) -> Selection:

@@ -121,14 +121,15 @@ class Distribution:
 def _as_int(value, dist):
     if isinstance(value, bool):
         return value if dist.name == "bernoulli" else int(value)
-    if isinstance(value, numbers.Integral):
-        return int(value)
     if isinstance(value, torch.Tensor) and value.ndim == 0:
         value = value.item()
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, numbers.Integral):
-        return bool(value) if dist.name == "bernoulli" else int(value)
+        # bernoulli values are bools; another integer stays one (outside the support: -inf)
+        if dist.name == "bernoulli" and value in (0, 1):
+            return bool(value)
+        return int(value)
     raise ValueError(f"{dist.name} is discrete: its values are integers, got {value!r}")
 
 

@@ -55,6 +55,7 @@ class GenerativeFunction:
 
     def simulate(self, *args) -> Trace:
         """Run the program forward; return its trace."""
+        __tracebackhide__ = True
         return self._execute(args, None, None, None, SIMULATE).trace
 
     def generate(self, args=(), constraints=None):
@@ -83,6 +84,7 @@ class DynamicGenFunction(GenerativeFunction):
         functools.update_wrapper(self, fn, updated=())
 
     def _execute(self, args, prev, constraints, selection, mode):
+        __tracebackhide__ = True
         return run_dynamic(self, args, prev, constraints, selection, mode)
 
     def __repr__(self):

@@ -20,7 +20,7 @@ import sys
 import threading
 
 from ..core.address import format_address, normalize_address, did_you_mean
-from ..core.choicemap import ChoiceMap, Selection, as_choicemap
+from ..core.choicemap import ChoiceMap, Selection, as_choicemap, as_selection
 from ..core.values import format_value, values_equal
 from ..errors import (AddressError, ConstraintError, DistributionError,
                       DuplicateAddressError)
@@ -145,7 +145,8 @@ def run_child(gen_fn, args, prev_sub, sub_constraints, sub_selection, mode):
     Returns ``(Result, weight_contribution)``; reuses ``prev_sub`` untouched when
     nothing under it changed (the incremental fast path).
     """
-    if mode in (UPDATE, REGENERATE) and prev_sub is not None and prev_sub.gen_fn is gen_fn:
+    __tracebackhide__ = True
+    if mode in (UPDATE, REGENERATE) and prev_sub is not None and prev_sub.gen_fn == gen_fn:
         selected = sub_selection is not None and not sub_selection.is_empty()
         if not sub_constraints and not selected and (args is prev_sub.args or values_equal(args, prev_sub.args)):
             return Result(prev_sub, 0.0, None, None, 0), 0.0
@@ -347,6 +348,7 @@ class _Tracer:
 
 def run_dynamic(gen_fn, args, prev, constraints, selection, mode):
     """Run a ``@gen`` function's body under a tracer (see :class:`_Tracer`)."""
+    __tracebackhide__ = True  # IPython and pytest hide engine frames in user tracebacks
     tracer = _Tracer(gen_fn, mode, prev, constraints, selection)
     saved = getattr(_local, "tracer", None)
     _local.tracer = tracer
@@ -438,8 +440,7 @@ def public_update(trace, constraints, args=None):
 
 
 def public_regenerate(trace, selection, args=None):
-    if not isinstance(selection, Selection):
-        selection = Selection(selection if isinstance(selection, (list, tuple, set)) else [selection])
+    selection = as_selection(selection)
     args = trace.args if args is None else _as_args(args)
     result = trace.gen_fn._execute(args, trace, None, selection, REGENERATE)
     return result.trace, result.weight

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 
 from ..core.address import did_you_mean, format_address, normalize_address
-from ..core.choicemap import ChoiceMap, as_choicemap, Selection
+from ..core.choicemap import ChoiceMap, as_choicemap, as_selection, Selection
 from ..errors import AddressError
 
 __all__ = ["ChoiceRecord", "CallRecord", "Trace"]
@@ -157,6 +157,9 @@ class Trace:
     def regenerate(self, selection, args=None):
         """``(new_trace, log_weight)``: resample the selected choices from their prior.
 
+        ``selection``: a :class:`Selection`, one address (``"k"``, ``("mu", 2)``)
+        or a list of addresses; a namespace selects everything under it.
+
         ``log_weight`` is the Metropolis-Hastings weight of resimulation (Gen's):
         the ratio of new to old densities over the choices that were kept.
         """
@@ -166,10 +169,7 @@ class Trace:
 
     def project(self, selection) -> float:
         """Sum of log-densities of the selected choices."""
-        if isinstance(selection, Selection):
-            sel = selection
-        else:
-            sel = Selection(selection)
+        sel = as_selection(selection)
         return sum(r.logpdf for a, r in self.flat_records().items() if a in sel)
 
     # -- display --------------------------------------------------------
