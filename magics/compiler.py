@@ -134,6 +134,20 @@ def _engine_attr(attr: str) -> ast.expr:
     return ast.Attribute(value=ast.Name(id=ENGINE_NAME, ctx=ast.Load()), attr=attr, ctx=ast.Load())
 
 
+
+def _parse_cell(body: str, header: str, filename: str, mode: str):
+    """Rewrite the tilde notation and parse; errors are located in the cell (header = line 1)."""
+    original = header + "\n" + body
+    try:
+        rw = rewrite("\n" + body, mode)
+    except NotationError as e:
+        raise _relocate(e, filename, original) from None
+    try:
+        tree = ast.parse(rw.source, filename)
+    except SyntaxError as e:
+        raise _mapped(rw, e, filename, original) from None
+    return original, rw, tree
+
 def compile_gen_cell(body: str, filename: str, header: str = "%%gen") -> CompiledCell:
     """Compile the body of a ``%%gen`` cell.
 
@@ -141,16 +155,7 @@ def compile_gen_cell(body: str, filename: str, header: str = "%%gen") -> Compile
     engine's ``gen``); other top-level statements run as ordinary Python.
     Raises ``SyntaxError`` located in the cell (``header`` is line 1).
     """
-    original = header + "\n" + body
-    src = "\n" + body
-    try:
-        rw = rewrite(src, "gen")
-    except NotationError as e:
-        raise _relocate(e, filename, original) from None
-    try:
-        tree = ast.parse(rw.source, filename)
-    except SyntaxError as e:
-        raise _mapped(rw, e, filename, original) from None
+    original, rw, tree = _parse_cell(body, header, filename, "gen")
 
     defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     for d in defs:
@@ -251,16 +256,7 @@ def parse_transform_signature(text: str) -> TransformSignature:
 def compile_transform_cell(sig: TransformSignature, body: str, filename: str,
                            header: str) -> CompiledCell:
     """Compile the body of a ``%%transform`` cell into ``def NAME(...)`` + the engine's ``transform``."""
-    original = header + "\n" + body
-    src = "\n" + body
-    try:
-        rw = rewrite(src, "transform")
-    except NotationError as e:
-        raise _relocate(e, filename, original) from None
-    try:
-        tree = ast.parse(rw.source, filename)
-    except SyntaxError as e:
-        raise _mapped(rw, e, filename, original) from None
+    original, rw, tree = _parse_cell(body, header, filename, "transform")
     if not tree.body:
         raise _cell_error("the transform has no body: write its read/write/copy statements "
                           "below the %%transform line", filename, original, 1, 1, 1, 2)
