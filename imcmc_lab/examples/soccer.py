@@ -16,7 +16,6 @@ implicit copy, eliminated from the Jacobian, which is ``d kap / d u = kap``.
 from __future__ import annotations
 
 import json
-import math
 from importlib import resources
 
 import torch

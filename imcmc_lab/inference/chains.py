@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 import torch
 
-from ..core.address import format_address, normalize_address
+from ..core.address import normalize_address
 from .kernels import as_kernel
 
 __all__ = ["Chain", "run_chain", "recorder"]

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from ..core.address import format_address
-from ..core.choicemap import Selection
+from ..core.choicemap import as_selection
 from ..errors import ImcmcError
 from ..modeling.runtime import differentiable_score
 from .kernels import Kernel
-from .mh import _accept, _as_selection
+from .mh import _accept
 
 __all__ = ["hmc", "HMC"]
 
@@ -39,7 +36,7 @@ def hmc(trace, selection, step_size: float = 0.1, n_steps: int = 10):
     Leapfrog with ``n_steps`` steps of ``step_size`` and an identity mass matrix;
     the acceptance uses the incremental update's ``log p(x') - log p(x)``.
     """
-    selection = _as_selection(selection)
+    selection = as_selection(selection)
     addresses = _selected_continuous(trace, selection)
     x0 = [trace[a].detach() for a in addresses]
     _, g = _grad(trace, addresses, x0)
@@ -69,7 +66,7 @@ class HMC(Kernel):
 
     def __init__(self, selection, step_size=0.1, n_steps=10, name=None):
         super().__init__(name or f"hmc({selection!r})")
-        self.selection = _as_selection(selection)
+        self.selection = as_selection(selection)
         self.step_size, self.n_steps = step_size, n_steps
 
     def step(self, trace):

@@ -7,7 +7,7 @@ import math
 import torch
 
 from ..core.address import format_address
-from ..core.choicemap import Selection
+from ..core.choicemap import as_selection
 from ..errors import TransformError
 from ..modeling.runtime import update_full
 from .kernels import Kernel
@@ -19,14 +19,6 @@ def _accept(log_alpha) -> bool:
     if math.isnan(log_alpha) or log_alpha == -math.inf:
         return False
     return log_alpha >= 0 or math.log(float(torch.rand((), dtype=torch.float64))) < log_alpha
-
-
-def _as_selection(selection):
-    if isinstance(selection, Selection):
-        return selection
-    if isinstance(selection, (list, set, frozenset)):
-        return Selection(selection)
-    return Selection([selection])
 
 
 def mh(trace, selection_or_proposal, proposal_args=None):
@@ -42,7 +34,7 @@ def mh(trace, selection_or_proposal, proposal_args=None):
 
     if isinstance(selection_or_proposal, GenerativeFunction):
         return _custom_mh(trace, selection_or_proposal, tuple(proposal_args or ()))
-    new_trace, weight = trace.regenerate(_as_selection(selection_or_proposal))
+    new_trace, weight = trace.regenerate(as_selection(selection_or_proposal))
     if _accept(weight):
         return new_trace, True
     return trace, False
@@ -71,7 +63,7 @@ class MH(Kernel):
         target = selection_or_proposal
         label = getattr(target, "name", None) or repr(target)
         super().__init__(name or f"mh({label})")
-        self.target = target if hasattr(target, "simulate") else _as_selection(target)
+        self.target = target if hasattr(target, "simulate") else as_selection(target)
         self.args = proposal_args
 
     def step(self, trace):

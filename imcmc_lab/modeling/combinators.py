@@ -13,7 +13,7 @@ import torch
 
 from ..core.values import values_equal
 from .gen import GenerativeFunction
-from .runtime import REGENERATE, UPDATE, Result, counters, run_child
+from .runtime import REGENERATE, UPDATE, Result, run_child
 from .trace import CallRecord, Trace
 
 __all__ = ["Map", "Unfold", "MapTrace", "UnfoldTrace"]

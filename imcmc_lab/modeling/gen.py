@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 
-from .runtime import (GENERATE, SIMULATE, public_assess, public_generate, run_dynamic,
+from .runtime import (SIMULATE, public_assess, public_generate, run_dynamic,
                       visit_call)
 from .trace import Trace
 

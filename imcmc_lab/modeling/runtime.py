@@ -20,7 +20,7 @@ import sys
 import threading
 
 from ..core.address import format_address, normalize_address, did_you_mean
-from ..core.choicemap import ChoiceMap, Selection, as_choicemap, as_selection
+from ..core.choicemap import ChoiceMap, as_choicemap, as_selection
 from ..core.values import format_value, values_equal
 from ..errors import (AddressError, ConstraintError, DistributionError,
                       DuplicateAddressError)
@@ -225,12 +225,6 @@ class _Tracer:
     # -- dist @ address ---------------------------------------------------
     def choice(self, address, dist, line):
         self._claim(address, line, "random choice")
-        problem = dist.check_params()
-        if problem is not None and not self._impossible_fallback(address):
-            raise DistributionError(
-                f"invalid parameters for {dist.name} at address {format_address(address)} "
-                f"({_describe_line(line)}): {problem}."
-            )
         mode = self.mode
         prev_rec = None
         if self.prev is not None:
@@ -239,6 +233,7 @@ class _Tracer:
                 prev_rec = None
         constraints = self.constraints
         if constraints is not None and address in constraints:
+            valid = self._validate(dist, address, line, may_be_impossible=True)
             try:
                 value = dist.coerce(constraints[address])
             except (ValueError, TypeError) as exc:
@@ -246,7 +241,7 @@ class _Tracer:
                     f"the value given for address {format_address(address)} does not fit "
                     f"{dist!r}: {exc}"
                 ) from None
-            logpdf = self._score(dist, value, address)
+            logpdf = self._score(dist, value, address, valid)
             self.n_used += 1
             if mode == UPDATE:
                 if prev_rec is not None:
@@ -258,16 +253,23 @@ class _Tracer:
                 self.weight += logpdf
         elif prev_rec is not None and not (mode == REGENERATE and address in self.selection):
             value = prev_rec.value
-            if dist.same_as(prev_rec.dist):
+            # A finite cached log-density means these same parameters were valid: the
+            # hot path of update reuses it without validating or re-scoring.
+            if prev_rec.logpdf != _NEG_INF and dist.same_as(prev_rec.dist):
                 logpdf = prev_rec.logpdf
             else:
-                logpdf = self._score(dist, value, address)
-                self.weight += logpdf - prev_rec.logpdf
+                valid = self._validate(dist, address, line, may_be_impossible=True)
+                if valid and dist.same_as(prev_rec.dist):
+                    logpdf = prev_rec.logpdf
+                else:
+                    logpdf = self._score(dist, value, address, valid)
+                    self.weight += logpdf - prev_rec.logpdf
         else:
             if mode == ASSESS:
                 raise _AssessFailure(address)
+            self._validate(dist, address, line, may_be_impossible=False)
             value = dist.sample()
-            logpdf = self._score(dist, value, address)
+            logpdf = self._score(dist, value, address, True)
             if mode == UPDATE:
                 self.weight += logpdf
             if mode in (UPDATE, REGENERATE, GENERATE):
@@ -275,19 +277,23 @@ class _Tracer:
         self.records[address] = ChoiceRecord(dist, value, logpdf)
         return value
 
-    def _impossible_fallback(self, address):
-        """Whether invalid parameters can be scored as -inf (trace already impossible)."""
-        if not self.impossible:
-            return False
-        if self.constraints is not None and address in self.constraints:
+    def _validate(self, dist, address, line, may_be_impossible):
+        """Whether ``dist``'s parameters are valid. Invalid parameters raise, unless the
+        value is given (constraint or kept value) and the trace is already impossible:
+        then they are a consequence of a kept value outside its support, scored -inf."""
+        problem = dist.check_params()
+        if problem is None:
             return True
-        prev = self.prev._records.get(address) if self.prev is not None else None
-        return type(prev) is ChoiceRecord and not (
-            self.mode == REGENERATE and address in self.selection)
+        if may_be_impossible and self.impossible:
+            return False
+        raise DistributionError(
+            f"invalid parameters for {dist.name} at address {format_address(address)} "
+            f"({_describe_line(line)}): {problem}."
+        )
 
-    def _score(self, dist, value, address):
+    def _score(self, dist, value, address, valid=True):
         counters.logpdf_evaluations += 1
-        if self.impossible and dist.check_params() is not None:
+        if not valid:
             return _NEG_INF
         if dist.event_shape and tuple(getattr(value, "shape", ())) != tuple(dist.event_shape):
             self.impossible = True

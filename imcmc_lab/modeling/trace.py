@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 
 from ..core.address import did_you_mean, format_address, normalize_address
-from ..core.choicemap import ChoiceMap, as_choicemap, as_selection, Selection
+from ..core.choicemap import ChoiceMap, as_selection
 from ..errors import AddressError
 
 __all__ = ["ChoiceRecord", "CallRecord", "Trace"]

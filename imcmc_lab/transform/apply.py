@@ -16,7 +16,7 @@ from ..core.choicemap import ChoiceMap
 from ..errors import ConstraintError, DimensionError, LabelError, TransformError
 from ..modeling.runtime import GENERATE, update_full
 from .interpreter import AUX, MODEL, TransformRun, run_transform, _where
-from .jacobian import Coordinate, JacobianRecord, _coords, reduced_jacobian
+from .jacobian import JacobianRecord, _coords, reduced_jacobian
 
 __all__ = ["apply_transform", "Application", "EmptyAuxTrace"]
 
@@ -226,7 +226,7 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
     n_out = sum(len(cs) for cs, _ in written_outputs)
     reduced, pass_through, graph = (None, [], None)
     if n_in == n_out:
-        reduced, pass_through, graph = reduced_jacobian(written_outputs, remaining_inputs, None, None, eliminated)
+        reduced, pass_through, graph = reduced_jacobian(written_outputs, remaining_inputs)
     if n_in != n_out or reduced is None:
         ins = ", ".join(c.label() for cs, _ in remaining_inputs for c in cs) or "(none)"
         outs = ", ".join(c.label() for cs, _ in written_outputs for c in cs) or "(none)"

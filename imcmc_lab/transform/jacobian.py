@@ -166,12 +166,12 @@ def _components(matrix):
     return [g for g in groups.values() if g[0] or g[1]]
 
 
-def reduced_jacobian(outputs, inputs, eliminated_in, eliminated_out, eliminated):
+def reduced_jacobian(outputs, inputs):
     """Compute the reduced Jacobian and its log-determinant.
 
     ``outputs``: list of ``(Coordinate-list, value tensor)`` for written continuous outputs;
-    ``inputs``: list of ``(Coordinate-list, autograd leaf)`` for remaining inputs.
-    ``eliminated_*``: coordinates already removed by copies (for the record).
+    ``inputs``: list of ``(Coordinate-list, autograd leaf)`` for remaining inputs
+    (copies already removed). Returns ``(reduced or None, pass_through, graph)``.
     """
     out_coords = [c for cs, _ in outputs for c in cs]
     in_coords = [c for cs, _ in inputs for c in cs]
