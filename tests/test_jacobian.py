@@ -35,6 +35,8 @@ def _moved(trace, coord, delta):
     old = torch.as_tensor(trace[coord.address], dtype=torch.float64)
     new = old.clone().reshape(-1)
     new[0 if coord.index is None else coord.index] += delta
+    if trace.choice_record(coord.address).dist.simplex:
+        new[-1] -= delta      # free coordinates of a simplex: the last weight is 1 - sum
     moved, _, _ = trace.update({coord.address: new.reshape(old.shape)})
     return moved
 
@@ -87,7 +89,7 @@ def vec_model():
     il.normal(0.0, 1.0) @ "a"
     il.normal(0.0, 1.0) @ "b"
     il.gamma(2.0, 1.0) @ "c"                                  # implicit copy
-    il.dirichlet(torch.full((4,), 2.0)) @ "w"                # 2 coordinates pass through
+    il.dirichlet(torch.full((4,), 2.0)) @ "w"                # 3 free coordinates
     il.mvnormal(torch.zeros(3), torch.eye(3) + 0.3) @ "m"
     for i in (1, 2, 3):
         il.normal(0.0, 1.0) @ ("ns", i)                      # two swapped (leaf copies), one implicit
@@ -134,8 +136,8 @@ def random_transform(seed):
         mv = B @ mv + torch.tanh(mv)
         write(model_out["m"], mv[:3], continuous)
         write(aux_out["v"], mv[3:], continuous)
-        # block 3: two coordinates of the dirichlet weights move mass (the sum stays 1);
-        # the other two pass through
+        # block 3: two of the dirichlet weights move mass (the sum stays 1); the free
+        # coordinates w[0..2] not among them pass through
         w = read(model_in["w"], continuous)
         gate = torch.sigmoid(alpha * w[j] + 0.1)
         new = w.clone()
@@ -162,12 +164,15 @@ def test_random_transform_matches_finite_differences(seed):
     J = app.jacobian
     check_against_fd(f, x, y, vec_aux, J)
 
-    assert J.full_size == (20, 20)
-    assert J.reduced_size == (10, 10)
-    assert sorted(b.size for b in J.blocks) == [(2, 2), (3, 3), (5, 5)]
+    # w has 3 free coordinates; the last weight is 1 - sum of them. If it is one of the
+    # two moved weights, the one moved free weight forms a 1x1 block.
+    moved_free = sorted({i, j} - {3})
+    assert J.full_size == (19, 19)
+    assert J.reduced_size == (8 + len(moved_free),) * 2
+    assert sorted(b.size for b in J.blocks) == sorted([(len(moved_free),) * 2, (3, 3), (5, 5)])
     kinds = {(cin.label(), cout.label()): kind for cin, cout, kind in J.eliminated}
     s3 = ({1, 2, 3} - {s1, s2}).pop()
-    passed = sorted({0, 1, 2, 3} - {i, j})
+    passed = sorted({0, 1, 2} - {i, j})
     assert kinds == {
         (f"model_in[('ns', {s1})]", f"model_out[('ns', {s2})]"): "copy",
         (f"model_in[('ns', {s2})]", f"model_out[('ns', {s1})]"): "copy",
@@ -177,12 +182,11 @@ def test_random_transform_matches_finite_differences(seed):
         ("aux_in[('grp', 'y')]", "model_out[('grp', 'y')]"): "copy",
         ("model_in['c']", "model_out['c']"): "implicit",
         (f"model_in[('ns', {s3})]", f"model_out[('ns', {s3})]"): "implicit",
-        (f"model_in['w'][{passed[0]}]", f"model_out['w'][{passed[0]}]"): "pass-through",
-        (f"model_in['w'][{passed[1]}]", f"model_out['w'][{passed[1]}]"): "pass-through",
+        **{(f"model_in['w'][{p}]", f"model_out['w'][{p}]"): "pass-through" for p in passed},
     }
-    # the weights block is exactly the two moved coordinates
-    wblock = next(b for b in J.blocks if b.size == (2, 2))
-    assert sorted(c.label() for c in wblock.cols) == sorted([f"model_in['w'][{i}]", f"model_in['w'][{j}]"])
+    # the weights block is exactly the moved free coordinates
+    wblock = next(b for b in J.blocks if any(c.address == ("w",) for c in b.cols))
+    assert sorted(c.label() for c in wblock.cols) == [f"model_in['w'][{m}]" for m in moved_free]
 
 
 # ---------------------------------------------------------------------------
@@ -341,14 +345,17 @@ def test_split_merge_reduced_size_does_not_grow_with_K(K):
     app = il.apply_transform(rg_split_merge, x, y, rg_aux)
     J = app.jacobian
     n = len(RG_DATA)   # the observed data are model coordinates too, implicitly copied
-    assert J.full_size == (2 * K + K + 3 + n, 2 * K + K + 3 + n)
+    # mu and var of each cluster, k - 1 free weights (the last is 1 - sum), u1..u3, data
+    assert J.full_size == (2 * K + (K - 1) + 3 + n,) * 2
     assert J.reduced_size == (6, 6)
     assert len(J.blocks) == 1
     assert sorted(c.label() for c in J.cols) == sorted([
         f"model_in['weights'][{j - 1}]", f"model_in[('mu', {j})]", f"model_in[('var', {j})]",
         "aux_in['u1']", "aux_in['u2']", "aux_in['u3']"])
     kinds = [k for _, _, k in J.eliminated]
-    assert kinds.count("pass-through") == K - 1           # the untouched weights
+    # the untouched free weights (all but w_j; the old last weight becomes free in the
+    # output and is a row of the reduced matrix, 1 - sum of the others)
+    assert kinds.count("pass-through") == K - 2
     assert kinds.count("implicit") == 2 * (K - 1) + n     # mu, var of the other clusters; data
     new = app.new_model
     ref = rg_log_jacobian(float(x["weights"][j - 1]), float(new["mu", j]), float(new["mu", K + 1]),
@@ -379,7 +386,9 @@ def test_split_merge_is_an_involution():
     report = il.check_involution(rg_model, (len(RG_DATA),), rg_aux, rg_split_merge, trials=40,
                                  observations={"x": RG_DATA}, seed=3)
     assert report.trials == 40
-    assert set(report.jacobian_sizes) == {(6, 6)}
+    # 6x6, or 5x5 when the last cluster is split or merged: its weight is not a free
+    # coordinate (1 - sum of the others), so it is no row or column of its own
+    assert set(report.jacobian_sizes) == {(5, 5), (6, 6)}
 
 
 # ---------------------------------------------------------------------------
@@ -412,7 +421,8 @@ def test_equal_values_that_are_not_copies_are_not_eliminated():
     J = il.apply_transform(f, x).jacobian
     F = check_against_fd(f, x, None, None, J)
     # d new[0] / d a = w[0] != 0, so new[0] must not be treated as a copy of w[0]
-    assert F[0, 3] == pytest.approx(float(x["w"][0]), abs=TOL)
+    col_a = [c.label() for c in J.inputs].index("model_in['a']")
+    assert F[0, col_a] == pytest.approx(float(x["w"][0]), abs=TOL)
     assert ("model_in['w'][0]", "model_out['w'][0]") not in {(a.label(), b.label()) for a, b, _ in J.eliminated}
 
 
@@ -472,10 +482,30 @@ def test_simplex_birth_with_sum_preserving_formula_has_the_manifold_jacobian():
     assert _birth_logabsdet(add_weight(True)) == pytest.approx(math.log(0.6), abs=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known engine limitation: a dirichlet value counts k coordinates in the Jacobian (like Gen), "
-    "so log|det| depends on the formula's extension off the simplex; w * (1 - v) gives "
-    "(1 - v)^k instead of (1 - v)^(k - 1), and the birth-death kernel built on it does not "
-    "leave the prior invariant. Remove this mark when simplex choices use k - 1 free coordinates."))
 def test_simplex_jacobian_does_not_depend_on_the_off_simplex_extension():
     assert _birth_logabsdet(add_weight(False)) == pytest.approx(math.log(0.6), abs=1e-12)
+
+
+@pytest.mark.parametrize("sum_preserving", [True, False])
+def test_simplex_birth_death_leaves_the_prior_invariant(sum_preserving):
+    # Start N independent chains at exact prior draws and take a few moves: under an
+    # invariant kernel the states are still exact prior draws, so k is Bernoulli(1/2)
+    # (binomial standard error) and E[w_0 | k = 3] = 1/3. A Jacobian that counts k
+    # coordinates for the weights gives the second formula (1 - v)^3 instead of
+    # (1 - v)^2 and fails this test.
+    torch.manual_seed(11)
+    kernel = il.InvolutiveKernel(simplex_aux, (), add_weight(sum_preserving))
+    n_chains, steps = 1500, 3
+    ks, w0_given_3 = [], []
+    for _ in range(n_chains):
+        trace = simplex_model.simulate()
+        for _ in range(steps):
+            trace, _ = kernel(trace)
+        ks.append(trace["k"] == 3)
+        if trace["k"] == 3:
+            w0_given_3.append(float(trace["w"][0]))
+    frac = sum(ks) / n_chains
+    assert abs(frac - 0.5) <= 4 * math.sqrt(0.25 / n_chains), f"P(k = 3) = {frac:.3f}, prior 0.5"
+    w0 = torch.tensor(w0_given_3)
+    se = float(w0.std()) / math.sqrt(len(w0))
+    assert abs(float(w0.mean()) - 1 / 3) <= 4 * se, f"E[w_0 | k = 3] = {float(w0.mean()):.4f}, prior 1/3"

@@ -398,6 +398,7 @@ def test_dimension_mismatch_counts_vector_coordinates():
     @il.transform
     def drop_last(model_in, aux_in, model_out, aux_out):
         # k = 3 -> 2 without an auxiliary choice to absorb the lost weight coordinate
+        # (a dirichlet value has k - 1 free coordinates: 2 in, 1 out)
         write(model_out["k"], 2, discrete)
         w = read(model_in["w"], continuous)
         write(model_out["w"], w[:2] / w[:2].sum(), continuous)
@@ -407,6 +408,6 @@ def test_dimension_mismatch_counts_vector_coordinates():
     with pytest.raises(il.DimensionError) as info:
         il.apply_transform(drop_last, x)
     msg = str(info.value)
-    assert "maps 3 continuous input coordinate(s) to 2" in msg
-    assert "model_in['w'][0], model_in['w'][1], model_in['w'][2]" in msg
-    assert "model_out['w'][0], model_out['w'][1]" in msg
+    assert "maps 2 continuous input coordinate(s) to 1" in msg
+    assert "Inputs read: model_in['w'][0], model_in['w'][1]." in msg
+    assert "Outputs written: model_out['w'][0]." in msg

@@ -51,6 +51,10 @@ class Distribution:
     """Base class. Subclasses set ``discrete`` and implement the methods below."""
 
     discrete: bool = False
+    #: True if values lie on the probability simplex along the last axis. The
+    #: density is then with respect to Lebesgue measure on all but the last
+    #: coordinate, so Jacobians use those free coordinates only.
+    simplex: bool = False
     name: str = "distribution"
     __slots__ = ("raw_args", "event_shape")
 
@@ -327,11 +331,14 @@ class LogNormal(Distribution):
 class Dirichlet(Distribution):
     """Dirichlet(alpha) on the simplex; the value is the full vector of ``k`` weights.
 
-    Like Gen, a value has ``k`` coordinates in Jacobians (the density itself is
-    with respect to Lebesgue measure on the first ``k - 1``).
+    The density is with respect to Lebesgue measure on the first ``k - 1``
+    weights, so a value contributes ``k - 1`` coordinates to Jacobians (the last
+    weight is ``1 - sum`` of the others). Gen counts ``k``, which makes
+    ``|det J|`` depend on how a transform's formula behaves off the simplex.
     """
 
     name = "dirichlet"
+    simplex = True
     __slots__ = ("alpha",)
 
     def __init__(self, alpha):
@@ -648,6 +655,10 @@ class IID(Distribution):
     @property
     def discrete(self):
         return self.base.discrete
+
+    @property
+    def simplex(self):
+        return self.base.simplex
 
     def check_params(self):
         if self.n < 0:

@@ -16,7 +16,7 @@ from ..core.choicemap import ChoiceMap
 from ..errors import ConstraintError, DimensionError, LabelError, TransformError
 from ..modeling.runtime import GENERATE, update_full
 from .interpreter import AUX, MODEL, TransformRun, run_transform, _where
-from .jacobian import JacobianRecord, _coords, reduced_jacobian
+from .jacobian import JacobianRecord, _coords, free_part, reduced_jacobian
 
 __all__ = ["apply_transform", "Application", "EmptyAuxTrace"]
 
@@ -169,10 +169,10 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
             if rec.dist.discrete:
                 continue
             key = (side, address)
-            coords = _coords(_OUT[side], address, rec.value)
+            coords = _coords(_OUT[side], address, free_part(rec.dist, rec.value))
             outputs.extend(coords)
             if key in run.writes:
-                written_outputs.append((coords, run.writes[key].value))
+                written_outputs.append((coords, free_part(rec.dist, run.writes[key].value)))
                 continue
             copy = run.copied_to.get(key)
             src = (copy.src_side, copy.src_address) if copy is not None else key
@@ -186,7 +186,7 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
                 )
             consumed[src] = key
             src_rec = (x_flat if src[0] == MODEL else y_flat)[src[1]]
-            src_coords = _coords(_IN[src[0]], src[1], src_rec.value)
+            src_coords = _coords(_IN[src[0]], src[1], free_part(src_rec.dist, src_rec.value))
             eliminated.extend((ci, co, kind) for ci, co in zip(src_coords, coords))
             if kind == "implicit":
                 app.copied_implicitly.append(address)
@@ -196,7 +196,7 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
             if rec.dist.discrete:
                 continue
             key = (side, address)
-            coords = _coords(_IN[side], address, rec.value)
+            coords = _coords(_IN[side], address, free_part(rec.dist, rec.value))
             inputs.extend(coords)
             read = run.reads.get(key)
             if read is not None and read.leaf is not None:

@@ -31,13 +31,20 @@ def _where(line) -> str:
 
 
 class Read:
-    """A read of an input address. ``leaf`` is the autograd leaf for continuous reads."""
+    """A read of an input address.
 
-    __slots__ = ("side", "address", "label", "value", "leaf", "line")
+    For continuous reads ``leaf`` is the autograd leaf (the Jacobian's input
+    coordinates) and ``tracked`` the value the transform sees, a function of the
+    leaf: the leaf itself, or for a simplex-valued choice the free weights ``w[:-1]``
+    completed with ``1 - sum`` of them.
+    """
 
-    def __init__(self, side, address, label, value, leaf, line):
+    __slots__ = ("side", "address", "label", "value", "leaf", "tracked", "line")
+
+    def __init__(self, side, address, label, value, leaf, line, tracked=None):
         self.side, self.address, self.label = side, address, label
         self.value, self.leaf, self.line = value, leaf, line
+        self.tracked = leaf if tracked is None else tracked
 
 
 class Write:
@@ -132,7 +139,7 @@ class _Interpreter:
                     f"{ref.describe()} is read as {label} ({_where(line)}) but was read as "
                     f"{seen.label} before ({_where(seen.line)})."
                 )
-            return seen.leaf if seen.leaf is not None else seen.value
+            return seen.tracked if seen.leaf is not None else seen.value
         record = trace.choice_record(ref.address) if ref.address else None
         if record is None:
             if ref.address == () or ref.address in trace:
@@ -163,9 +170,13 @@ class _Interpreter:
             value = record.value
             self.run.reads[key] = Read(ref.handle.side, ref.address, label, value, None, line)
             return value
-        leaf = record.value.detach().clone().requires_grad_(True)
-        self.run.reads[key] = Read(ref.handle.side, ref.address, label, record.value, leaf, line)
-        return leaf
+        if record.dist.simplex:
+            leaf = record.value[..., :-1].detach().clone().requires_grad_(True)
+            tracked = torch.cat([leaf, 1 - leaf.sum(-1, keepdim=True)], dim=-1)
+        else:
+            leaf = tracked = record.value.detach().clone().requires_grad_(True)
+        self.run.reads[key] = Read(ref.handle.side, ref.address, label, record.value, leaf, line, tracked)
+        return tracked
 
     def exists(self, ref: AddressRef, line) -> bool:
         trace = self._input(ref, "exists on", line)

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-__all__ = ["Coordinate", "JacobianRecord", "Block", "reduced_jacobian"]
+__all__ = ["Coordinate", "JacobianRecord", "Block", "reduced_jacobian", "free_part"]
 
 
 class Coordinate(tuple):
@@ -108,6 +108,12 @@ class JacobianRecord:
 
 def _flatten(value):
     return value.reshape(-1) if isinstance(value, torch.Tensor) else torch.as_tensor([value])
+
+
+def free_part(dist, value):
+    """The coordinates of ``value`` that Jacobians use: all but the last weight of a
+    simplex-valued choice (its density is on the first ``k - 1``), else all."""
+    return value[..., :-1] if dist.simplex and isinstance(value, torch.Tensor) else value
 
 
 def _coords(trace_name, address, value):
@@ -216,13 +222,13 @@ def _pass_through_candidates(outputs, inputs):
     by_key = {}
     offset = 0
     for cs, leaf in inputs:
-        if leaf.ndim > 0:
+        if leaf.ndim > 0 and cs:
             by_key[(cs[0].trace.split("_")[0], cs[0].address)] = (offset, leaf.detach().reshape(-1))
         offset += len(cs)
     pairs, row = [], 0
     for cs, value in outputs:
         n = len(cs)
-        if isinstance(value, torch.Tensor) and value.ndim > 0:
+        if isinstance(value, torch.Tensor) and value.ndim > 0 and cs:
             match = by_key.get((cs[0].trace.split("_")[0], cs[0].address))
             if match is not None:
                 col0, in_vals = match
