@@ -306,3 +306,11 @@ def test_same_as_compares_family_and_arguments():
     assert il.iid(il.normal(0.0, 1.0), 3).same_as(il.iid(il.normal(0.0, 1.0), 3))
     assert not il.iid(il.normal(0.0, 1.0), 3).same_as(il.iid(il.normal(0.0, 1.0), 4))
     assert il.normal(t(0.0), 1.0).same_as(il.normal(t(0.0), 1.0))
+
+
+def test_iid_of_zero_values_samples_an_empty_tensor():
+    # the mixture examples run "with no data" as iid(mixture_of_normals(...), 0)
+    d = il.iid(il.mixture_of_normals(torch.tensor([0.5, 0.5]), torch.zeros(2), torch.ones(2)), 0)
+    value = d.sample()
+    assert value.shape == (0,) and float(d.log_prob(value)) == 0.0
+    assert il.iid(il.poisson(2.0), 0).sample().dtype == torch.int64

@@ -680,6 +680,9 @@ class IID(Distribution):
         return value
 
     def sample(self):
+        if self.n == 0:      # some torch samplers refuse n = 0 (torch.multinomial)
+            dtype = torch.int64 if self.base.discrete else torch.float64
+            return torch.empty((0,) + tuple(self.base.event_shape), dtype=dtype)
         return self.base.sample_n(self.n)
 
     def log_prob(self, x):

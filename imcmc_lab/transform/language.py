@@ -149,9 +149,9 @@ class Transform:
     ``inverse`` is set by :func:`pair_bijections`.
     """
 
-    def __init__(self, fn, one_trace=False):
+    def __init__(self, fn, one_trace=False, name=None):
         self.fn = fn
-        self.name = getattr(fn, "__name__", "transform")
+        self.name = name or getattr(fn, "__name__", "transform")
         self.one_trace = one_trace
         self.inverse = None
         self.__doc__ = fn.__doc__
@@ -178,12 +178,14 @@ class Transform:
         return f"<transform {self.name} {form}>"
 
 
-def transform(fn=None, *, one_trace=None):
+def transform(fn=None, *, one_trace=None, name=None):
     """Decorator: make a trace transform from a Python function.
 
     The four-trace form is ``def f(model_in, aux_in, model_out, aux_out, *args)``;
     a function with exactly two parameters is the one-trace form
-    ``def f(t_in, t_out)`` (or say ``@transform(one_trace=True)``).
+    ``def f(t_in, t_out)`` (or say ``@transform(one_trace=True)``). ``name``
+    (default: the function's) is what messages and records call it, useful when
+    a factory makes several transforms from one ``def``.
     """
 
     def wrap(fn):
@@ -192,7 +194,7 @@ def transform(fn=None, *, one_trace=None):
             params = [p for p in inspect.signature(fn).parameters.values()
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
             form = len(params) == 2
-        return Transform(fn, one_trace=form)
+        return Transform(fn, one_trace=form, name=name)
 
     return wrap(fn) if fn is not None else wrap
 
