@@ -16,7 +16,7 @@ from ..core.choicemap import ChoiceMap
 from ..errors import ConstraintError, DimensionError, LabelError, TransformError
 from ..modeling.runtime import GENERATE, update_full
 from .interpreter import AUX, MODEL, TransformRun, run_transform, _where
-from .jacobian import JacobianRecord, _coords, free_part, reduced_jacobian
+from .jacobian import CoordinateGroup, JacobianRecord, free_part, reduced_jacobian
 
 __all__ = ["apply_transform", "Application", "EmptyAuxTrace"]
 
@@ -161,7 +161,7 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
     y_flat = aux_trace.flat_records()
     xn_flat = new_model.flat_records()
     yn_flat = new_aux.flat_records() if new_aux is not None else {}
-    inputs, outputs, eliminated = [], [], []
+    inputs, outputs, eliminated = [], [], []    # CoordinateGroups: one per address
     consumed = {}           # input key -> output key that uses it as a copy
     written_outputs = []    # (coords, value)
     for side, flat in ((MODEL, xn_flat), (AUX, yn_flat)):
@@ -169,10 +169,10 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
             if rec.dist.discrete:
                 continue
             key = (side, address)
-            coords = _coords(_OUT[side], address, free_part(rec.dist, rec.value))
-            outputs.extend(coords)
+            group = CoordinateGroup(_OUT[side], address, free_part(rec.dist, rec.value))
+            outputs.append(group)
             if key in run.writes:
-                written_outputs.append((coords, free_part(rec.dist, run.writes[key].value)))
+                written_outputs.append((group.expand(), free_part(rec.dist, run.writes[key].value)))
                 continue
             copy = run.copied_to.get(key)
             src = (copy.src_side, copy.src_address) if copy is not None else key
@@ -186,8 +186,8 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
                 )
             consumed[src] = key
             src_rec = (x_flat if src[0] == MODEL else y_flat)[src[1]]
-            src_coords = _coords(_IN[src[0]], src[1], free_part(src_rec.dist, src_rec.value))
-            eliminated.extend((ci, co, kind) for ci, co in zip(src_coords, coords))
+            eliminated.append((CoordinateGroup(_IN[src[0]], src[1], free_part(src_rec.dist, src_rec.value)),
+                               group, kind))
             if kind == "implicit":
                 app.copied_implicitly.append(address)
     remaining_inputs, vanished, read_inputs = [], [], []
@@ -196,15 +196,15 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
             if rec.dist.discrete:
                 continue
             key = (side, address)
-            coords = _coords(_IN[side], address, free_part(rec.dist, rec.value))
-            inputs.extend(coords)
+            group = CoordinateGroup(_IN[side], address, free_part(rec.dist, rec.value))
+            inputs.append(group)
             read = run.reads.get(key)
             if read is not None and read.leaf is not None:
-                read_inputs.append((coords, read.leaf))   # every continuous read, for dense()
+                read_inputs.append((group.expand(), read.leaf))   # every continuous read, for dense()
             if key in consumed:
                 continue
             if read is not None and read.leaf is not None:
-                remaining_inputs.append((coords, read.leaf))
+                remaining_inputs.append((read_inputs[-1][0], read.leaf))
             else:
                 vanished.append((key, rec))
     if vanished:
@@ -240,7 +240,7 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
     # dense() differentiates with respect to every continuous read, including reads of
     # copied coordinates (their columns are not unit columns when a written value uses them).
     graph = (graph[0], [l for _, l in read_inputs], graph[2], [c for cs, _ in read_inputs for c in cs])
-    app.jacobian = JacobianRecord(inputs, outputs, eliminated + pass_through, rows, cols, matrix,
+    app.jacobian = JacobianRecord(inputs, outputs, eliminated, pass_through, rows, cols, matrix,
                                   blocks, logdet, graph)
 
 

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-__all__ = ["Coordinate", "JacobianRecord", "Block", "reduced_jacobian", "free_part"]
+__all__ = ["Coordinate", "CoordinateGroup", "JacobianRecord", "Block", "reduced_jacobian", "free_part"]
 
 
 class Coordinate(tuple):
@@ -53,6 +53,31 @@ class Coordinate(tuple):
         return self.label()
 
 
+class CoordinateGroup(tuple):
+    """``(trace, address, size, vector)``: the coordinates of one choice, unexpanded.
+
+    Records keep groups so that a move over ``n`` implicitly copied data points
+    costs O(number of addresses), not O(n) coordinate objects; :meth:`expand`
+    gives the :class:`Coordinate` list when a view asks for it.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, trace, address, value):
+        vector = isinstance(value, torch.Tensor) and value.ndim > 0
+        return tuple.__new__(cls, (trace, address, value.numel() if vector else 1, vector))
+
+    @property
+    def size(self):
+        return self[2]
+
+    def expand(self):
+        trace, address, size, vector = self
+        if vector:
+            return [Coordinate(trace, address, i) for i in range(size)]
+        return [Coordinate(trace, address)]
+
+
 class Block:
     """An independent square block of the reduced Jacobian."""
 
@@ -77,14 +102,42 @@ class JacobianRecord:
     (model address left unchanged) or ``"pass-through"`` (vector coordinate).
     ``rows``/``cols``: the coordinates of the reduced matrix ``reduced``;
     ``blocks`` its independent parts; ``logabsdet`` the total ``log |det J|``.
+
+    The engine builds it from :class:`CoordinateGroup` lists (one entry per
+    address); ``inputs``, ``outputs`` and ``eliminated`` are expanded to single
+    coordinates on first access.
     """
 
-    def __init__(self, inputs, outputs, eliminated, rows, cols, reduced, blocks, logabsdet, graph=None):
-        self.inputs, self.outputs, self.eliminated = inputs, outputs, eliminated
+    def __init__(self, input_groups, output_groups, eliminated_groups, pass_through, rows, cols,
+                 reduced, blocks, logabsdet, graph=None):
+        self.input_groups, self.output_groups = input_groups, output_groups
+        self._eliminated_groups, self._pass_through = eliminated_groups, pass_through
         self.rows, self.cols, self.reduced = rows, cols, reduced
         self.blocks, self.logabsdet = blocks, logabsdet
         self._graph = graph
         self._dense = None
+        self._expanded = None
+
+    def _expand(self):
+        if self._expanded is None:
+            eliminated = [(ci, co, kind) for gi, go, kind in self._eliminated_groups
+                          for ci, co in zip(gi.expand(), go.expand())]
+            self._expanded = ([c for g in self.input_groups for c in g.expand()],
+                              [c for g in self.output_groups for c in g.expand()],
+                              eliminated + list(self._pass_through))
+        return self._expanded
+
+    @property
+    def inputs(self):
+        return self._expand()[0]
+
+    @property
+    def outputs(self):
+        return self._expand()[1]
+
+    @property
+    def eliminated(self):
+        return self._expand()[2]
 
     @property
     def reduced_size(self):
@@ -92,7 +145,7 @@ class JacobianRecord:
 
     @property
     def full_size(self):
-        return (len(self.outputs), len(self.inputs))
+        return (sum(g.size for g in self.output_groups), sum(g.size for g in self.input_groups))
 
     def dense(self) -> torch.Tensor:
         """The full Jacobian over every continuous coordinate (computed on demand)."""
