@@ -175,20 +175,26 @@ def _coords(trace_name, address, value):
     return [Coordinate(trace_name, address)]
 
 
-def _batched_rows(out_cat, leaves, row_ids):
-    """Rows ``row_ids`` of d out_cat / d leaves, in one batched autodiff pass."""
+def _batched_rows(out_cat, leaves, row_ids, extra=None):
+    """Rows ``row_ids`` of d out_cat / d leaves, in one batched autodiff pass; with
+    ``extra`` (a vector over out_cat), also the vector-Jacobian product ``extra @ J``
+    as a last row, in the same pass."""
     n_cols = sum(l.numel() for l in leaves)
-    if not row_ids or not out_cat.requires_grad:
-        return torch.zeros((len(row_ids), n_cols), dtype=torch.float64)
-    selector = torch.zeros((len(row_ids), out_cat.numel()), dtype=out_cat.dtype)
-    selector[torch.arange(len(row_ids)), torch.as_tensor(row_ids)] = 1.0
+    n_rows = len(row_ids) + (extra is not None)
+    if not n_rows or not out_cat.requires_grad:
+        return torch.zeros((n_rows, n_cols), dtype=torch.float64)
+    selector = torch.zeros((n_rows, out_cat.numel()), dtype=out_cat.dtype)
+    if row_ids:
+        selector[torch.arange(len(row_ids)), torch.as_tensor(row_ids)] = 1.0
+    if extra is not None:
+        selector[-1] = extra
     try:
         grads = torch.autograd.grad(out_cat, leaves, grad_outputs=selector, retain_graph=True,
                                     allow_unused=True, is_grads_batched=True)
     except RuntimeError:
         # Some operations have no batching rule: fall back to one pass per row.
         grads = [[] for _ in leaves]
-        for k in range(len(row_ids)):
+        for k in range(n_rows):
             g = torch.autograd.grad(out_cat, leaves, grad_outputs=selector[k], retain_graph=True,
                                     allow_unused=True)
             for j, gj in enumerate(g):
@@ -197,10 +203,10 @@ def _batched_rows(out_cat, leaves, row_ids):
     parts = []
     for leaf, g in zip(leaves, grads):
         if g is None:
-            parts.append(torch.zeros((len(row_ids), leaf.numel()), dtype=torch.float64))
+            parts.append(torch.zeros((n_rows, leaf.numel()), dtype=torch.float64))
         else:
-            parts.append(g.reshape(len(row_ids), -1))
-    return torch.cat(parts, dim=1) if parts else torch.zeros((len(row_ids), 0), dtype=torch.float64)
+            parts.append(g.reshape(n_rows, -1))
+    return torch.cat(parts, dim=1) if parts else torch.zeros((n_rows, 0), dtype=torch.float64)
 
 
 def _components(matrix):
@@ -241,17 +247,17 @@ def reduced_jacobian(outputs, inputs):
     # Pass-through coordinates of vector choices: an output coordinate equal to a
     # coordinate of the input at the same address. Verified below, then eliminated.
     candidates = _pass_through_candidates(outputs, inputs)
-    if candidates and not _verify_pass_through(out_cat, leaves, candidates, len(in_coords)):
-        candidates = []
-    passed_rows = {r for r, _ in candidates}
-    passed_cols = {c for _, c in candidates}
-    rows = [i for i in range(len(out_coords)) if i not in passed_rows]
-    cols = [j for j in range(len(in_coords)) if j not in passed_cols]
-    pass_through = [(in_coords[c], out_coords[r], "pass-through") for r, c in candidates]
     graph = (out_cat, leaves, out_coords, in_coords)
-    if len(rows) != len(cols):
+    full_rows = _rows_without(out_cat, leaves, len(out_coords), len(in_coords), candidates)
+    if full_rows is None:     # a candidate is not a unit row: nothing passes through
+        candidates = []
+        full_rows = _rows_without(out_cat, leaves, len(out_coords), len(in_coords), candidates)
+    passed_cols = {c for _, c in candidates}
+    rows = _remaining(len(out_coords), {r for r, _ in candidates})
+    cols = _remaining(len(in_coords), passed_cols)
+    pass_through = [(in_coords[c], out_coords[r], "pass-through") for r, c in candidates]
+    if full_rows is False:
         return None, pass_through, graph
-    full_rows = _batched_rows(out_cat, leaves, rows) if rows else torch.zeros((0, len(in_coords)), dtype=torch.float64)
     reduced = full_rows[:, cols] if cols else full_rows[:, :0]
     blocks, total = [], 0.0
     for brows, bcols in _components(reduced):
@@ -267,6 +273,36 @@ def reduced_jacobian(outputs, inputs):
     record_rows = [out_coords[i] for i in rows]
     record_cols = [in_coords[j] for j in cols]
     return (record_rows, record_cols, reduced.detach(), blocks, total), pass_through, graph
+
+
+def _remaining(n, removed):
+    return [i for i in range(n) if i not in removed]
+
+
+def _rows_without(out_cat, leaves, n_out, n_in, candidates):
+    """The Jacobian rows that are not pass-through ``candidates``, from one autodiff pass
+    that also verifies the candidates: with random weights ``v`` on the candidate rows,
+    ``v @ J`` must be exactly ``v`` placed at the claimed columns (so a coincidence of
+    values can never remove a row). Returns None if that fails, False if the reduced
+    matrix is not square (a dimension error the caller reports)."""
+    rows = _remaining(n_out, {r for r, _ in candidates})
+    if len(rows) != n_in - len(candidates):
+        return False
+    if not candidates:
+        return _batched_rows(out_cat, leaves, rows) if rows else torch.zeros((0, n_in), dtype=torch.float64)
+    if not out_cat.requires_grad:
+        return None
+    gen = torch.Generator().manual_seed(12345)  # never touches the global RNG
+    weights = torch.rand(len(candidates), generator=gen, dtype=torch.float64) + 0.5
+    cand_rows, cand_cols = torch.as_tensor(candidates, dtype=torch.long).T   # vectorized: O(M)
+    v = torch.zeros_like(out_cat)
+    expected = torch.zeros(n_in, dtype=torch.float64)
+    v[cand_rows] = weights
+    expected[cand_cols] = weights
+    both = _batched_rows(out_cat, leaves, rows, extra=v.detach())
+    if not torch.allclose(both[-1], expected, rtol=1e-12, atol=1e-12):
+        return None
+    return both[:-1]
 
 
 def _pass_through_candidates(outputs, inputs):
@@ -302,23 +338,6 @@ def _pass_through_candidates(outputs, inputs):
                 pairs = unique
         row += n
     return pairs
-
-
-def _verify_pass_through(out_cat, leaves, candidates, n_cols):
-    """One VJP with random weights: candidate rows must be exactly the unit rows claimed."""
-    if not out_cat.requires_grad:
-        return False
-    gen = torch.Generator().manual_seed(12345)  # never touches the global RNG
-    weights = torch.rand(len(candidates), generator=gen, dtype=torch.float64) + 0.5
-    rows, cols = torch.as_tensor(candidates, dtype=torch.long).T   # vectorized: O(M) stays cheap
-    v = torch.zeros_like(out_cat)
-    expected = torch.zeros(n_cols, dtype=torch.float64)
-    v[rows] = weights
-    expected[cols] = weights
-    grads = torch.autograd.grad(out_cat, leaves, grad_outputs=v, retain_graph=True, allow_unused=True)
-    got = torch.cat([torch.zeros(l.numel(), dtype=torch.float64) if g is None else g.reshape(-1)
-                     for l, g in zip(leaves, grads)]) if leaves else torch.zeros(0, dtype=torch.float64)
-    return bool(torch.allclose(got, expected, rtol=1e-12, atol=1e-12))
 
 
 def _dense_jacobian(record: JacobianRecord) -> torch.Tensor:
