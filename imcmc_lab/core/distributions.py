@@ -38,7 +38,19 @@ _NEG_INF = float("-inf")
 _LOG_2PI = math.log(2 * math.pi)
 
 
+_CONSTANTS = {}    # float -> 0-d float64 tensor: models build distributions from the same
+                   # Python constants (normal(0, 10)) on every run; never mutated in place
+
+
 def _real(x):
+    if type(x) is float or type(x) is int:
+        key = x if x else ("zero", math.copysign(1.0, x))   # keep -0.0 apart from 0.0
+        t = _CONSTANTS.get(key)
+        if t is None:
+            if len(_CONSTANTS) > 4096:
+                _CONSTANTS.clear()
+            t = _CONSTANTS[key] = torch.tensor(float(x), dtype=DTYPE)
+        return t
     return as_real(x)
 
 
