@@ -23,6 +23,15 @@ from .modeling.runtime import differentiable_score
 __version__ = "0.1.0"
 
 
+def __getattr__(name):
+    # ``il.widgets`` imports the views (and ipywidgets) on first use, never with the engine.
+    if name == "widgets":
+        import importlib
+
+        return importlib.import_module("imcmc_lab.widgets")
+    raise AttributeError(f"module 'imcmc_lab' has no attribute {name!r}")
+
+
 def load_ipython_extension(ipython):
     """``%load_ext imcmc_lab``: register the ``%%gen`` and ``%%transform`` magics."""
     from imcmc_lab.magics import load_ipython_extension as _load

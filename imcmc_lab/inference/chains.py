@@ -136,7 +136,7 @@ class Chain:
 
 
 def run_chain(kernel, trace, steps: int, record=None, chains=None, thin: int = 1,
-              progress: bool = True, callback=None) -> Chain:
+              progress: bool = True, callback=None, chain=None) -> Chain:
     """Run ``kernel`` for ``steps`` steps from ``trace`` (or from each trace in a list).
 
     ``record``: what to record after each kept step (see :func:`recorder`).
@@ -144,12 +144,17 @@ def run_chain(kernel, trace, steps: int, record=None, chains=None, thin: int = 1
     initial traces as ``trace``). ``thin``: keep every ``thin``-th step.
     ``callback(chain_index, step, trace)`` is called after each step (live views
     use it). A KeyboardInterrupt stops the run and returns what was collected.
+    ``chain``: an existing :class:`Chain` to extend (continuing a run from its last
+    traces, ``chain.traces``); its kernel statistics keep accumulating.
     """
     kernel = as_kernel(kernel)
-    starts = list(trace) if isinstance(trace, (list, tuple)) else [trace] * (chains or 1)
+    if chain is not None:
+        starts = list(chain.traces)
+    else:
+        starts = list(trace) if isinstance(trace, (list, tuple)) else [trace] * (chains or 1)
+        chain = Chain(len(starts))
+        kernel.reset_stats()
     read = recorder(record)
-    chain = Chain(len(starts))
-    kernel.reset_stats()
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -158,10 +163,11 @@ def run_chain(kernel, trace, steps: int, record=None, chains=None, thin: int = 1
     try:
         for c, state in enumerate(starts):
             chain.traces[c] = state
+            done_before = chain.steps_done[c]
             for step in range(1, steps + 1):
                 state, _ = kernel(state)
                 chain.traces[c] = state
-                chain.steps_done[c] = step
+                chain.steps_done[c] = done_before + step
                 if step % thin == 0:
                     chain.samples[c].append(read(state))
                     chain.scores[c].append(state.score)

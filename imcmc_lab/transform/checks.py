@@ -21,7 +21,8 @@ from ..core.values import format_value, values_close
 from ..errors import ImcmcError, InvolutionCheckError
 from .apply import _IN, EMPTY_AUX, apply_transform
 
-__all__ = ["check_involution", "compare_choices", "ChoiceDifference", "InvolutionReport", "involution_problem"]
+__all__ = ["check_involution", "compare_choices", "ChoiceDifference", "InvolutionReport", "involution_problem",
+           "round_trip"]
 
 
 class ChoiceDifference:
@@ -56,10 +57,18 @@ def compare_choices(before, after, rtol=1e-6, atol=1e-8) -> ChoiceDifference:
     return ChoiceDifference(missing, added, differ)
 
 
+def round_trip(f, app, q, q_args, undo=None):
+    """The second application of the involution check: ``undo`` (default ``f`` itself)
+    applied to the outputs ``(x', y')`` of ``app``. An :class:`Application` whose
+    ``new_model``/``new_aux`` should equal the original pair (paper Algorithm 4;
+    the involution schematic of Figs. 1f and 2f draws it)."""
+    return apply_transform(undo or f, app.new_model, app.new_aux, q, q_args, check_dimension=False)
+
+
 def involution_problem(f, app, model_trace, aux_trace, q, q_args, rtol, atol, undo=None):
     """Apply ``undo`` (default ``f`` itself) to the outputs of ``app``; describe how it
     fails to return to ``(model_trace, aux_trace)``, or return None."""
-    back = apply_transform(undo or f, app.new_model, app.new_aux, q, q_args, check_dimension=False)
+    back = round_trip(f, app, q, q_args, undo)
     model_diff = compare_choices(model_trace.get_choices(), back.new_model.get_choices(), rtol, atol)
     aux_before = aux_trace.get_choices() if aux_trace is not EMPTY_AUX else as_choicemap(None)
     aux_after = back.new_aux.get_choices() if back.new_aux is not None else as_choicemap(None)

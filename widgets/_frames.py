@@ -1,0 +1,119 @@
+"""A stack of pre-rendered frames with a control that switches between them in the browser.
+
+The frames (HTML/SVG strings made in Python) live in the widget state, and the
+control is linked to the visible frame with ``jslink``: the browser changes
+frames without the kernel, so the view keeps working in a static HTML export
+that embeds widget state. Where no widget manager runs at all (a notebook
+exported without widget state, a GitHub preview), the mime bundle's
+``text/html`` fallback is a self-contained page fragment with the same frames
+and a few lines of inline JavaScript; with JavaScript stripped it shows every
+frame one below the other.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import ipywidgets as W
+
+from ._style import INK, MUTED, SANS, esc
+
+
+class FramePlayer(W.VBox):
+    """``header`` above a control and a :class:`ipywidgets.Stack` of ``frames``.
+
+    ``frames``: list of HTML strings; ``labels``: one short name per frame.
+    ``control="play"``: a Play button with a slider (animation, paper Figs. 1f/2f);
+    ``control="toggle"``: toggle buttons (alternative views of one thing).
+    """
+
+    def __init__(self, frames, labels, header_html="", footer_html="", control="play",
+                 interval_ms=1600, title="frames"):
+        if len(frames) != len(labels) or not frames:
+            raise ValueError("FramePlayer needs one label per frame and at least one frame")
+        self.frames, self.frame_labels, self._title = list(frames), list(labels), title
+        self._header_html, self._footer_html = header_html, footer_html
+        self.stack = W.Stack([W.HTML(f) for f in self.frames], selected_index=0,
+                             layout=W.Layout(width="100%", overflow="auto"))
+        if control == "play":
+            self.play = W.Play(value=0, min=0, max=len(frames) - 1, step=1, interval=interval_ms,
+                               repeat=True, show_repeat=False, description="Play",
+                               layout=W.Layout(width="auto", margin="0 12px 0 0"))
+            self.selector = W.SelectionSlider(options=self.frame_labels, index=0, continuous_update=True,
+                                              readout=True, layout=W.Layout(width="60%", min_width="260px"),
+                                              style={"description_width": "0px"})
+            self.links = [W.jslink((self.play, "value"), (self.selector, "index")),
+                          W.jslink((self.selector, "index"), (self.stack, "selected_index"))]
+            controls = [self.play, self.selector]
+        elif control == "toggle":
+            self.play = None
+            self.selector = W.ToggleButtons(options=self.frame_labels, index=0,
+                                            style={"button_width": "auto"})
+            self.links = [W.jslink((self.selector, "index"), (self.stack, "selected_index"))]
+            controls = [self.selector]
+        else:
+            raise ValueError(f"control must be 'play' or 'toggle', not {control!r}")
+        self.control = control
+        children = []
+        if header_html:
+            children.append(W.HTML(header_html))
+        children += [W.HBox(controls, layout=W.Layout(align_items="center")), self.stack]
+        if footer_html:
+            children.append(W.HTML(footer_html))
+        super().__init__(children, layout=W.Layout(width="100%"))
+        self.add_class("imcmc-frames")
+
+    def show(self, index: int):
+        """Show frame ``index`` (sets the control and the stack from Python too)."""
+        if self.play is not None:
+            self.play.value = index
+        self.selector.index = index
+        self.stack.selected_index = index
+
+    def __repr__(self):
+        return f"<{type(self).__name__}: {self._title}, {len(self.frames)} frames>"
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = super()._repr_mimebundle_(**kwargs)
+        bundle["text/plain"] = repr(self)
+        bundle["text/html"] = self.static_html()
+        return bundle
+
+    def static_html(self) -> str:
+        """The self-contained fallback: the same frames, switched by inline JavaScript."""
+        uid = "imcmc-" + uuid.uuid4().hex[:12]
+        frames = "".join(f"<div class='imcmc-frame' data-frame='{i}'>{f}</div>"
+                         for i, f in enumerate(self.frames))
+        labels = json.dumps(self.frame_labels).replace("<", "\\u003c").replace(">", "\\u003e")
+        play = self.control == "play"
+        controls = (
+            f'<div class="imcmc-controls" style="display:none;align-items:center;gap:10px;margin:6px 0;'
+            f'font:13px {SANS};color:{MUTED}">'
+            + ("<button type='button' class='imcmc-play' style='min-width:76px'>&#9654; Play</button>" if play else "")
+            + f"<input type='range' class='imcmc-range' min='0' max='{len(self.frames) - 1}' value='0' step='1'"
+              f" style='width:50%'><span class='imcmc-label'></span></div>"
+        )
+        script = f"""<script>(function(){{
+var root=document.getElementById('{uid}'); if(!root) return;
+var frames=root.querySelectorAll('.imcmc-frame'), range=root.querySelector('.imcmc-range'),
+    label=root.querySelector('.imcmc-label'), btn=root.querySelector('.imcmc-play'), labels={labels}, timer=null;
+function show(i){{ for(var k=0;k<frames.length;k++) frames[k].style.display=(k==i)?'block':'none';
+  range.value=i; label.textContent=labels[i]; root.setAttribute('data-shown', i); }}
+root.querySelector('.imcmc-controls').style.display='flex';
+range.addEventListener('input', function(){{ show(+range.value); }});
+if(btn) btn.addEventListener('click', function(){{
+  if(timer){{ clearInterval(timer); timer=null; btn.innerHTML='&#9654; Play'; return; }}
+  btn.innerHTML='&#10074;&#10074; Pause';
+  timer=setInterval(function(){{ show((+range.value+1)%frames.length); }}, {int(self.play.interval) if play else 0});
+}});
+show(0);
+}})();</script>"""
+        return (f"<div id='{uid}' class='imcmc-static'>{self._header_html}{controls}{frames}"
+                f"{self._footer_html}</div>{script}")
+
+
+def caption(title: str, detail: str = "") -> str:
+    """A header line: ``title`` in bold and ``detail`` (already HTML) in grey."""
+    return (f'<div style="font:14px {SANS};margin:2px 0 4px;color:{INK}"><b>{esc(title)}</b>'
+            f"<span style='color:{MUTED};margin-left:10px'>{detail}</span></div>")

@@ -1,0 +1,400 @@
+"""A live sampler: a chain runs in a background thread while its plots update.
+
+The chain is the engine's own :func:`imcmc_lab.inference.chains.run_chain`
+(a kernel stepping a trace; samples appended to a :class:`Chain`), run in a
+worker thread with a step callback. The callback does three cheap things: it
+stops the run (Stop), blocks while paused (Pause), and asks for a redraw at
+most ``max_rate`` times a second. Redraws, and every other change of widget
+state, happen on one thread, following ipywidgets' guidance on threads: in a
+Jupyter kernel the worker hands them to the kernel's event loop
+(``call_soon_threadsafe``), so the kernel stays responsive while the chain
+runs; elsewhere (plain Python, tests) they run in whichever thread calls
+:meth:`SamplerStream.wait`. The chain stays available as ``stream.chain``
+(``.to_arviz()`` converts it) while and after it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import math
+import threading
+import time
+
+import ipywidgets as W
+
+from imcmc_lab.inference.chains import Chain, run_chain
+from imcmc_lab.inference.kernels import as_kernel
+
+from ._frames import caption
+from ._style import MUTED, SANS, esc
+
+__all__ = ["SamplerStream", "Throttle"]
+
+PALETTE = ["#0969da", "#bc4c00", "#1a7f37", "#8250df", "#bf3989", "#0a7ea4"]
+
+
+class Throttle:
+    """Allows an event at most once per ``interval`` seconds of ``clock``; after an action
+    that took ``cost`` seconds it also waits ``2 * cost`` (slow redraws slow themselves down)."""
+
+    def __init__(self, rate: float, clock=time.monotonic):
+        self.interval = 1.0 / rate if rate > 0 else 0.0
+        self.clock = clock
+        self.next_at = -math.inf
+
+    def ready(self) -> bool:
+        """True (and start a new interval) if an event may happen now."""
+        now = self.clock()
+        if now < self.next_at:
+            return False
+        self.next_at = now + self.interval
+        return True
+
+    def cost(self, seconds: float):
+        self.next_at = max(self.next_at, self.clock() + 2.0 * seconds)
+
+
+class _Stopped(Exception):
+    """Raised in the worker's step callback to end the run (Stop)."""
+
+
+class SamplerStream(W.VBox):
+    """Run ``kernel`` from ``trace`` in the background with live plots.
+
+    ``steps``: steps per run (Start after a run ended continues the same chain for
+    another ``steps``). ``record``: what to record (as for ``run_chain``).
+    ``plots``: panels, each a recorded name, ``"log joint"``, ``"acceptance"``, or
+    ``(title, function(chain) -> {label: list of values})``. ``picture``:
+    ``function(ax, trace)`` drawing the latest trace (e.g. a posterior-predictive
+    picture). ``max_rate``: redraws per second at most. ``autostart``: start now.
+
+    Buttons: Start (or Resume / Continue), Pause, Stop. Methods ``start()``,
+    ``pause()``, ``stop()``, ``wait(timeout)``; ``status`` is one of ``"ready"``,
+    ``"running"``, ``"paused"``, ``"finished"``, ``"stopped"``, ``"error"``.
+    """
+
+    def __init__(self, kernel, trace, steps: int = 1000, record=None, plots=("log joint", "acceptance"),
+                 picture=None, thin: int = 1, max_rate: float = 10.0, title=None, autostart=False,
+                 figsize=(9.6, None), dpi=96):
+        self.kernel = as_kernel(kernel)
+        self.steps, self.record, self.thin = int(steps), record, int(thin)
+        self.plots, self.picture = list(plots), picture
+        self.max_rate = float(max_rate)
+        self.figsize, self.dpi = figsize, dpi
+        self.chain = Chain(1)
+        self.chain.traces[0] = trace
+        self.target = 0                     # steps_done at the end of the current run
+        self.status = "ready"
+        self.error = None
+        self.refresh_count = 0              # redraws done (for tests of the rate limit)
+        self._lock = threading.Lock()
+        self._pending = False               # a redraw was requested and not yet done
+        self._stop = threading.Event()
+        self._resume = threading.Event()
+        self._resume.set()
+        self._thread = None
+        self._loop = None
+        self._throttle = Throttle(self.max_rate)
+        self._started_at, self._steps_at_start = None, 0
+        self._acceptance_history = []       # (steps done, {kernel: running acceptance rate})
+        self._acceptance_every = max(1, self.steps // 200)
+        self._figure = None
+        name = title or self.kernel.name
+        self.header = W.HTML(caption(f"Live sampler — {name}", ""))
+        self.start_button = W.Button(description="Start", icon="play", button_style="success",
+                                     layout=W.Layout(width="112px"))
+        self.pause_button = W.Button(description="Pause", icon="pause", layout=W.Layout(width="96px"),
+                                     disabled=True)
+        self.stop_button = W.Button(description="Stop", icon="stop", button_style="danger",
+                                    layout=W.Layout(width="96px"), disabled=True)
+        self.start_button.on_click(lambda _b: self.start())
+        self.pause_button.on_click(lambda _b: self.pause())
+        self.stop_button.on_click(lambda _b: self.stop())
+        self.progress = W.IntProgress(value=0, min=0, max=max(1, self.steps),
+                                      layout=W.Layout(width="280px", margin="0 0 0 14px"))
+        self.progress_text = W.HTML("")
+        self.image = W.Image(format="png", layout=W.Layout(width="100%", max_width=f"{int(figsize[0] * dpi)}px"))
+        controls = W.HBox([self.start_button, self.pause_button, self.stop_button, self.progress,
+                           self.progress_text], layout=W.Layout(align_items="center"))
+        super().__init__([self.header, controls, self.image], layout=W.Layout(width="100%"))
+        self.add_class("imcmc-stream")
+        self._refresh()
+        if autostart:
+            self.start()
+
+    # -- control (called from the kernel's main thread) ------------------------------------
+    def start(self):
+        """Start the run; resume it if paused; continue the chain for another ``steps``
+        if the last run ended (finished or stopped)."""
+        if self.status == "paused":
+            self.status = "running"
+            self._resume.set()
+            self._refresh()
+            return self
+        if self.status == "running":
+            return self
+        self._loop = _running_loop()
+        if self.status == "ready":
+            self.kernel.reset_stats()
+        self.target = self.chain.steps_done[0] + self.steps
+        self._stop.clear()
+        self._resume.set()
+        self.status = "running"
+        self._started_at, self._steps_at_start = time.monotonic(), self.chain.steps_done[0]
+        self._thread = threading.Thread(target=self._work, args=(self.steps,),
+                                        name="imcmc-sampler-stream", daemon=True)
+        self._thread.start()
+        self._refresh()
+        return self
+
+    def pause(self):
+        """Pause after the current step (Start resumes)."""
+        if self.status == "running":
+            self._resume.clear()
+            self.status = "paused"
+            self._refresh()
+        return self
+
+    def stop(self):
+        """End the run after the current step, keeping every sample (``chain.interrupted``)."""
+        if self.status in ("running", "paused"):
+            self._stop.set()
+            self._resume.set()
+            if self._thread is not None:
+                self._thread.join()
+            self._refresh()
+        return self
+
+    def wait(self, timeout=None):
+        """Block until the run ends (or ``timeout`` seconds), redrawing from this thread at the
+        bounded rate meanwhile; returns the chain."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        interval = 1.0 / self.max_rate if self.max_rate > 0 else 0.05
+        while self._thread is not None and self._thread.is_alive():
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            self._thread.join(min(interval, 0.05))
+            if self._pending:
+                self._refresh()
+        self._refresh()
+        return self.chain
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- the worker thread -------------------------------------------------------------------
+    def _work(self, steps):
+        try:
+            run_chain(self.kernel, None, steps, record=self.record, thin=self.thin, progress=False,
+                      callback=self._on_step, chain=self.chain)
+            self.status = "finished"
+        except _Stopped:
+            self.chain.interrupted = True
+            self.status = "stopped"
+        except Exception as exc:      # shown in the view; the samples so far are kept
+            self.error = exc
+            self.chain.interrupted = True
+            self.status = "error"
+        finally:
+            self._request_refresh(force=True)
+
+    def _on_step(self, _chain_index, _step, _trace):
+        """run_chain's callback, in the worker thread: stop, pause, or ask for a redraw."""
+        if self._stop.is_set():
+            raise _Stopped
+        if not self._resume.is_set():
+            self._request_refresh(force=True)
+            self._resume.wait()
+            if self._stop.is_set():
+                raise _Stopped
+        done = self.chain.steps_done[0]
+        if done % self._acceptance_every == 0:    # ~200 points per run for the acceptance plot
+            rates = {k: a / p for k, (a, p) in self.kernel.acceptance().items() if p}
+            self._acceptance_history.append((done, rates))
+        self._request_refresh()
+
+    def _request_refresh(self, force=False):
+        """Ask the widget thread for a redraw: at most ``max_rate`` a second, and never more
+        than one outstanding."""
+        if not force and not self._throttle.ready():
+            return
+        with self._lock:
+            if self._pending:
+                return
+            self._pending = True
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._refresh)
+
+    # -- drawing (widget thread only) ---------------------------------------------------------
+    def _refresh(self):
+        with self._lock:
+            self._pending = False
+        t0 = time.monotonic()
+        done = self.chain.steps_done[0]
+        rates = {k: a / p for k, (a, p) in self.kernel.acceptance().items() if p}
+        self.progress.max = max(1, self.target or self.steps)
+        self.progress.value = min(done, self.progress.max)
+        self.progress.bar_style = {"finished": "success", "stopped": "warning", "error": "danger"}.get(
+            self.status, "info")
+        speed = ""
+        if self._started_at is not None and self.status == "running":
+            elapsed = time.monotonic() - self._started_at
+            if elapsed > 0.2:
+                speed = f" · {(done - self._steps_at_start) / elapsed:,.0f} steps/s"
+        acc = " · ".join(f"{esc(k)} {v:.2f}" for k, v in rates.items())
+        text = (f"<span style='font:12.5px {_font()};color:{MUTED};margin-left:12px'>"
+                f"<b style='color:#1f2328'>{done:,}</b> / {self.target or self.steps:,} steps{speed}"
+                f" · <b>{esc(self.status)}</b>{(' · accepted: ' + acc) if acc else ''}</span>")
+        if self.error is not None:
+            text += f"<div style='color:#cf222e;font:12.5px {_font()}'>{esc(type(self.error).__name__)}: {esc(self.error)}</div>"
+        self.progress_text.value = text
+        running = self.status == "running"
+        self.start_button.disabled = running
+        self.start_button.description = {"running": "Running", "paused": "Resume", "finished": "Continue",
+                                         "stopped": "Continue", "error": "Continue"}.get(self.status, "Start")
+        self.pause_button.disabled = not running
+        self.stop_button.disabled = self.status not in ("running", "paused")
+        self.image.value = self._draw()
+        self.refresh_count += 1
+        self._throttle.cost(time.monotonic() - t0)
+
+    def _panels(self):
+        panels = list(self.plots)
+        if self.picture is not None:
+            panels.append(("picture", self.picture))
+        return panels
+
+    def _make_figure(self):
+        """One figure for the whole run; redraws only move its lines (matplotlib's object
+        API: no pyplot state, safe next to the worker thread)."""
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
+
+        panels = self._panels()
+        n = max(1, len(panels))
+        cols = 2 if n > 1 else 1
+        rows = math.ceil(n / cols)
+        height = self.figsize[1] or 2.6 * rows
+        fig = Figure(figsize=(self.figsize[0], height), dpi=self.dpi, facecolor="white")
+        # A fixed layout: tight_layout would render the figure once more on every redraw.
+        fig.subplots_adjust(left=0.075, right=0.985, top=1 - 0.36 / height, bottom=0.55 / height,
+                            hspace=0.55, wspace=0.2)
+        self._axes = []
+        for index, panel in enumerate(panels):
+            ax = fig.add_subplot(rows, cols, index + 1)
+            _style_axes(ax)
+            entry = {"panel": panel, "lines": {}}
+            if isinstance(panel, tuple) and panel[0] == "picture":
+                title = "latest state"
+            elif isinstance(panel, tuple):
+                title = panel[0]
+            elif panel == "log joint":
+                title = "log joint   log p(x, b)"
+            elif panel == "acceptance":
+                title = "acceptance rate (running)"
+                ax.set_ylim(-0.03, 1.03)
+            else:
+                title = str(panel)
+            ax.set_title(title, loc="left", fontsize=10, color="#1f2328")
+            if not (isinstance(panel, tuple) and panel[0] == "picture"):
+                ax.set_xlabel("step", fontsize=9, color=MUTED, labelpad=2)
+            entry["integer"] = MaxNLocator(integer=True)
+            self._axes.append((ax, entry))
+        return fig
+
+    def _draw(self) -> bytes:
+        """The plots as PNG bytes."""
+        if self._figure is None:
+            self._figure = self._make_figure()
+        samples = list(self.chain.samples[0])       # a snapshot: the worker appends meanwhile
+        scores = list(self.chain.scores[0][: len(samples)])
+        steps = [(i + 1) * self.thin for i in range(len(samples))]
+        x_max = max(self.target or self.steps, 1)
+        for index, (ax, entry) in enumerate(self._axes):
+            panel = entry["panel"]
+            if isinstance(panel, tuple) and panel[0] == "picture":
+                ax.cla()
+                _style_axes(ax)
+                ax.set_title("latest state", loc="left", fontsize=10, color="#1f2328")
+                if self.chain.trace is not None:
+                    try:
+                        panel[1](ax, self.chain.trace)
+                    except Exception as exc:     # a broken picture must not stop the view
+                        ax.text(0.02, 0.5, f"{type(exc).__name__}: {exc}", transform=ax.transAxes,
+                                color="#cf222e", fontsize=9)
+                continue
+            if isinstance(panel, tuple):
+                series = {label: (list(range(1, len(v) + 1)), list(v)) for label, v in panel[1](self.chain).items()}
+            elif panel == "log joint":
+                series = {"log joint": (steps, scores)}
+            elif panel == "acceptance":
+                series = {}
+                for done, rates in list(self._acceptance_history):
+                    for name, rate in rates.items():
+                        xs, ys = series.setdefault(name, ([], []))
+                        xs.append(done)
+                        ys.append(rate)
+            else:
+                series = {panel: (steps, [_scalar(s.get(panel, math.nan)) for s in samples])}
+            for k, (label, (xs, ys)) in enumerate(series.items()):
+                stride = max(1, len(xs) // 2000)     # the picture cannot show more points
+                xs, ys = xs[::stride], ys[::stride]
+                line = entry["lines"].get(label)
+                if line is None:
+                    colour = PALETTE[(index + k) % len(PALETTE)] if panel != "log joint" else PALETTE[0]
+                    line, = ax.plot(xs, ys, color=colour, lw=1.2, label=label)
+                    entry["lines"][label] = line
+                    if panel == "acceptance":
+                        ax.legend(fontsize=8, frameon=False, loc="upper right")
+                else:
+                    line.set_data(xs, ys)
+                finite = [y for y in ys if not math.isnan(y)]
+                entry["integers"] = (bool(finite) and all(float(y).is_integer() for y in finite)
+                                     and panel not in ("log joint", "acceptance"))
+                if entry["integers"]:     # a discrete quantity (number of clusters): steps, integer ticks
+                    line.set_drawstyle("steps-post")
+                    ax.yaxis.set_major_locator(entry["integer"])
+                    lo, hi = min(finite), max(finite)
+                    ax.set_ylim(lo - (1.0 if lo == hi else 0.5), hi + (1.0 if lo == hi else 0.5))
+            ax.set_xlim(0, x_max)
+            if panel != "acceptance" and not entry.get("integers"):
+                ax.relim()
+                ax.autoscale_view(scalex=False)
+        buf = io.BytesIO()
+        self._figure.savefig(buf, format="png", facecolor="white")
+        return buf.getvalue()
+
+    def __repr__(self):
+        return f"<SamplerStream {self.kernel.name}: {self.status}, {self.chain.steps_done[0]} steps>"
+
+
+def _font():
+    return SANS.replace("'", "")
+
+
+def _scalar(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _style_axes(ax):
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    for side in ("left", "bottom"):
+        ax.spines[side].set_color("#d0d7de")
+    ax.tick_params(colors="#656d76", labelsize=8.5)
+    ax.grid(True, color="#eef1f4", lw=0.8)
+    ax.set_axisbelow(True)
+
+
+def _running_loop():
+    """The event loop of the calling thread (a Jupyter kernel's), or None outside one."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
