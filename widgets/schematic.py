@@ -147,8 +147,10 @@ class Stages:
         app = record.application
         f = app.run.transform
         aux_in = record.aux_in
-        q = None if aux_in is EMPTY_AUX or aux_in is None else aux_in.gen_fn
-        q_args = () if q is None else tuple(aux_in.args[1:])
+        q = getattr(record, "q", None)
+        q_args = tuple(getattr(record, "q_args", ()))
+        if q is None and aux_in is not EMPTY_AUX and aux_in is not None:   # a record built by hand
+            q, q_args = aux_in.gen_fn, tuple(aux_in.args[1:])
         self.record, self.transform = record, f
         self.names = (record.model_in.gen_fn.name, q.name if q is not None else None)
         self.first, self.second, self.error = app, None, None

@@ -26,7 +26,8 @@ class MoveRecord:
     """Everything about one involutive MCMC move.
 
     Traces: ``model_in``, ``aux_in`` (y ~ q), ``model_out`` (x'), ``aux_out``
-    (y' as a trace of q at x', or None). Addresses: ``read``, ``written``,
+    (y' as a trace of q at x', or None); ``q`` and ``q_args`` the auxiliary
+    program and its extra arguments. Addresses: ``read``, ``written``,
     ``copied`` (explicit: ``(source, destination)`` pairs) and
     ``copied_implicitly`` (model addresses left as they were). ``jacobian``: a
     :class:`~imcmc_lab.transform.jacobian.JacobianRecord`. Terms of
@@ -35,8 +36,10 @@ class MoveRecord:
     the move (None if no check failed or none ran).
     """
 
-    def __init__(self, app, model_in, aux_in, log_q_old, log_alpha, accepted, check_failure):
+    def __init__(self, app, model_in, aux_in, log_q_old, log_alpha, accepted, check_failure,
+                 q=None, q_args=()):
         self.application = app
+        self.q, self.q_args = q, tuple(q_args)   # what made aux_in (views re-apply f with them)
         self.model_in, self.aux_in = model_in, aux_in
         self.model_out, self.aux_out = app.new_model, app.new_aux
         self.log_q_old = log_q_old
@@ -112,12 +115,12 @@ def involutive_move(trace, q, q_args, f, check=False, rtol=1e-6, atol=1e-8) -> M
     if app.problem is not None or failure is not None:
         # A failed check rejects (Lemma 6.1 keeps the kernel stationary); without
         # checks, a support failure is simply a zero acceptance probability.
-        return MoveRecord(app, trace, aux, log_q_old, -math.inf, False, failure)
+        return MoveRecord(app, trace, aux, log_q_old, -math.inf, False, failure, q, q_args)
     log_alpha = app.model_log_ratio + app.log_q_new - log_q_old + app.logabsdet
     if math.isnan(log_alpha):
         log_alpha = -math.inf
     accepted = log_alpha >= 0 or math.log(float(torch.rand((), dtype=torch.float64))) < log_alpha
-    return MoveRecord(app, trace, aux, log_q_old, log_alpha, accepted, None)
+    return MoveRecord(app, trace, aux, log_q_old, log_alpha, accepted, None, q, q_args)
 
 
 def involutive_mcmc(trace, q, q_args, f, check=False, rtol=1e-6, atol=1e-8):
