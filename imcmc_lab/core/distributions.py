@@ -150,18 +150,27 @@ def _as_int(value, dist):
 
 
 def _check_positive(name, x):
+    if x.ndim == 0:                    # the common case, without four tensor operations
+        v = x.item()
+        return None if 0 < v < math.inf else f"{name} must be finite and > 0, got {v}"
     if not bool(torch.all(torch.isfinite(x))) or not bool(torch.all(x > 0)):
         return f"{name} must be finite and > 0, got {x.tolist()}"
     return None
 
 
 def _check_finite(name, x):
+    if x.ndim == 0:
+        v = x.item()
+        return None if math.isfinite(v) else f"{name} must be finite, got {v}"
     if not bool(torch.all(torch.isfinite(x))):
         return f"{name} must be finite, got {x.tolist()}"
     return None
 
 
 def _check_prob(name, p):
+    if p.ndim == 0:
+        v = p.item()
+        return None if 0 <= v <= 1 else f"{name} must be a probability in [0, 1], got {v}"
     if not bool(torch.all((p >= 0) & (p <= 1))):
         return f"{name} must be a probability in [0, 1], got {p.tolist()}"
     return None

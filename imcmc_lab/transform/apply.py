@@ -71,7 +71,12 @@ class Application:
         self.log_q_new = 0.0
         self.jacobian = None
         self.problem = None
-        self.copied_implicitly = []
+        self._consumed = {}
+
+    @property
+    def copied_implicitly(self):
+        """Model addresses left as they were (continuous ones; Gen's implicit copies)."""
+        return [src[1] for src, dst in self._consumed.items() if src == dst and src[0] == MODEL]
 
     @property
     def logabsdet(self) -> float:
@@ -156,27 +161,31 @@ def _check_output_labels(run, side, new_trace):
 
 
 def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app):
-    """Match every continuous coordinate; compute the Jacobian of what is left."""
+    """Match every continuous coordinate; compute the Jacobian of what is left.
+
+    The hot path touches each address once with dictionary lookups only; the
+    per-coordinate lists a view shows (every input and output coordinate, every
+    elimination) are built on demand by :func:`_coordinate_groups`.
+    """
     x_flat = model_trace.flat_records()
     y_flat = aux_trace.flat_records()
     xn_flat = new_model.flat_records()
     yn_flat = new_aux.flat_records() if new_aux is not None else {}
-    inputs, outputs, eliminated = [], [], []    # CoordinateGroups: one per address
-    consumed = {}           # input key -> output key that uses it as a copy
+    writes, copied_to, reads = run.writes, run.copied_to, run.reads
+    consumed = {}           # input key -> output key that uses it as a copy (explicit or implicit)
     written_outputs = []    # (coords, value)
     for side, flat in ((MODEL, xn_flat), (AUX, yn_flat)):
         for address, rec in flat.items():
             if rec.dist.discrete:
                 continue
             key = (side, address)
-            group = CoordinateGroup(_OUT[side], address, free_part(rec.dist, rec.value))
-            outputs.append(group)
-            if key in run.writes:
-                written_outputs.append((group.expand(), free_part(rec.dist, run.writes[key].value)))
+            write = writes.get(key)
+            if write is not None:
+                group = CoordinateGroup(_OUT[side], address, free_part(rec.dist, rec.value))
+                written_outputs.append((group.expand(), free_part(rec.dist, write.value)))
                 continue
-            copy = run.copied_to.get(key)
+            copy = copied_to.get(key)
             src = (copy.src_side, copy.src_address) if copy is not None else key
-            kind = "copy" if copy is not None else "implicit"
             if src in consumed:
                 raise TransformError(
                     f"the value of {_IN[src[0]]}[{format_address(src[1])}] reaches two outputs "
@@ -185,27 +194,19 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
                     f"duplicated by an involution. If the model keeps it, do not copy it too."
                 )
             consumed[src] = key
-            src_rec = (x_flat if src[0] == MODEL else y_flat)[src[1]]
-            eliminated.append((CoordinateGroup(_IN[src[0]], src[1], free_part(src_rec.dist, src_rec.value)),
-                               group, kind))
-            if kind == "implicit":
-                app.copied_implicitly.append(address)
     remaining_inputs, vanished, read_inputs = [], [], []
     for side, flat in ((MODEL, x_flat), (AUX, y_flat)):
         for address, rec in flat.items():
             if rec.dist.discrete:
                 continue
             key = (side, address)
-            group = CoordinateGroup(_IN[side], address, free_part(rec.dist, rec.value))
-            inputs.append(group)
-            read = run.reads.get(key)
+            read = reads.get(key)
             if read is not None and read.leaf is not None:
-                read_inputs.append((group.expand(), read.leaf))   # every continuous read, for dense()
-            if key in consumed:
-                continue
-            if read is not None and read.leaf is not None:
-                remaining_inputs.append((read_inputs[-1][0], read.leaf))
-            else:
+                coords = CoordinateGroup(_IN[side], address, free_part(rec.dist, rec.value)).expand()
+                read_inputs.append((coords, read.leaf))   # every continuous read, for dense()
+                if key not in consumed:
+                    remaining_inputs.append((coords, read.leaf))
+            elif key not in consumed:
                 vanished.append((key, rec))
     if vanished:
         (side, address), rec = vanished[0]
@@ -240,8 +241,34 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
     # dense() differentiates with respect to every continuous read, including reads of
     # copied coordinates (their columns are not unit columns when a written value uses them).
     graph = (graph[0], [l for _, l in read_inputs], graph[2], [c for cs, _ in read_inputs for c in cs])
-    app.jacobian = JacobianRecord(inputs, outputs, eliminated, pass_through, rows, cols, matrix,
-                                  blocks, logdet, graph)
+    flats = (x_flat, y_flat, xn_flat, yn_flat)
+    app.jacobian = JacobianRecord(lambda: _coordinate_groups(flats, consumed), pass_through, rows, cols,
+                                  matrix, blocks, logdet, graph)
+    app._consumed = consumed
+
+
+def _coordinate_groups(flats, consumed):
+    """``(inputs, outputs, eliminated)`` as :class:`CoordinateGroup` lists, one entry per
+    continuous address, in trace order; eliminated entries are ``(source, destination, kind)``."""
+    x_flat, y_flat, xn_flat, yn_flat = flats
+    inputs = [CoordinateGroup(_IN[side], a, free_part(r.dist, r.value))
+              for side, flat in ((MODEL, x_flat), (AUX, y_flat))
+              for a, r in flat.items() if not r.dist.discrete]
+    outputs, eliminated = [], []
+    by_destination = {dst: src for src, dst in consumed.items()}
+    for side, flat in ((MODEL, xn_flat), (AUX, yn_flat)):
+        for address, rec in flat.items():
+            if rec.dist.discrete:
+                continue
+            group = CoordinateGroup(_OUT[side], address, free_part(rec.dist, rec.value))
+            outputs.append(group)
+            src = by_destination.get((side, address))
+            if src is not None:
+                src_rec = (x_flat if src[0] == MODEL else y_flat)[src[1]]
+                kind = "implicit" if src == (side, address) else "copy"
+                eliminated.append((CoordinateGroup(_IN[src[0]], src[1], free_part(src_rec.dist, src_rec.value)),
+                                   group, kind))
+    return inputs, outputs, eliminated
 
 
 def apply_transform(f, model_trace, aux_trace=None, q=None, q_args=(), check_dimension=True):

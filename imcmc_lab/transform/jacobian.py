@@ -103,27 +103,41 @@ class JacobianRecord:
     ``rows``/``cols``: the coordinates of the reduced matrix ``reduced``;
     ``blocks`` its independent parts; ``logabsdet`` the total ``log |det J|``.
 
-    The engine builds it from :class:`CoordinateGroup` lists (one entry per
-    address); ``inputs``, ``outputs`` and ``eliminated`` are expanded to single
-    coordinates on first access.
+    The engine gives a function returning :class:`CoordinateGroup` lists (one
+    entry per address: inputs, outputs, eliminated), called only when a view or
+    ``full_size`` needs them; ``inputs``, ``outputs`` and ``eliminated`` are
+    expanded to single coordinates on first access.
     """
 
-    def __init__(self, input_groups, output_groups, eliminated_groups, pass_through, rows, cols,
-                 reduced, blocks, logabsdet, graph=None):
-        self.input_groups, self.output_groups = input_groups, output_groups
-        self._eliminated_groups, self._pass_through = eliminated_groups, pass_through
+    def __init__(self, groups, pass_through, rows, cols, reduced, blocks, logabsdet, graph=None):
+        self._groups_fn, self._groups = groups, None
+        self._pass_through = pass_through
         self.rows, self.cols, self.reduced = rows, cols, reduced
         self.blocks, self.logabsdet = blocks, logabsdet
         self._graph = graph
         self._dense = None
         self._expanded = None
 
+    def _group_lists(self):
+        if self._groups is None:
+            self._groups = self._groups_fn() if callable(self._groups_fn) else self._groups_fn
+        return self._groups
+
+    @property
+    def input_groups(self):
+        return self._group_lists()[0]
+
+    @property
+    def output_groups(self):
+        return self._group_lists()[1]
+
     def _expand(self):
         if self._expanded is None:
-            eliminated = [(ci, co, kind) for gi, go, kind in self._eliminated_groups
+            inputs, outputs, eliminated_groups = self._group_lists()
+            eliminated = [(ci, co, kind) for gi, go, kind in eliminated_groups
                           for ci, co in zip(gi.expand(), go.expand())]
-            self._expanded = ([c for g in self.input_groups for c in g.expand()],
-                              [c for g in self.output_groups for c in g.expand()],
+            self._expanded = ([c for g in inputs for c in g.expand()],
+                              [c for g in outputs for c in g.expand()],
                               eliminated + list(self._pass_through))
         return self._expanded
 
