@@ -26,7 +26,7 @@ import numbers
 
 import torch
 
-from .values import DTYPE, as_real
+from .values import DTYPE, as_real, values_equal
 
 __all__ = [
     "Distribution", "normal", "gamma", "inv_gamma", "beta", "uniform", "uniform_discrete",
@@ -40,6 +40,18 @@ _LOG_2PI = math.log(2 * math.pi)
 
 _CONSTANTS = {}    # float -> 0-d float64 tensor: models build distributions from the same
                    # Python constants (normal(0, 10)) on every run; never mutated in place
+
+
+def _visit_choice():
+    # imported on first use: modeling sits above core, and this runs once per choice
+    global _VISIT
+    if _VISIT is None:
+        from ..modeling.runtime import visit_choice as _VISIT_FN
+        _VISIT = _VISIT_FN
+    return _VISIT
+
+
+_VISIT = None
 
 
 def _real(x):
@@ -118,15 +130,17 @@ class Distribution:
         """Same family and the same argument values (enables incremental reuse)."""
         if type(self) is not type(other):
             return False
-        from .values import values_equal
-
-        return values_equal(self.raw_args, other.raw_args)
+        for a, b in zip(self.raw_args, other.raw_args):
+            # the hot path of update: identical objects and equal Python numbers
+            if a is b or (type(a) is float and type(b) is float and a == b):
+                continue
+            if not values_equal(a, b):
+                return False
+        return len(self.raw_args) == len(other.raw_args)
 
     def __matmul__(self, address):
         # ``dist @ address`` inside a generative function: a traced random choice.
-        from ..modeling.runtime import visit_choice
-
-        return visit_choice(self, address)
+        return _visit_choice()(self, address)
 
     def __repr__(self):
         from .values import format_value
