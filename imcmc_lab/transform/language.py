@@ -68,6 +68,14 @@ class TraceHandle:
     def __getitem__(self, address):
         return AddressRef(self, normalize_address(address) if address != () else ())
 
+    @property
+    def trace(self):
+        """The input trace itself (immutable), for computations that need it whole, such
+        as a differentiable score inside an HMC transform. Only input traces have one."""
+        if not self.is_input:
+            raise AttributeError(f"{self.name} is an output trace; it is built from the writes")
+        return self.interp.traces[self.side]
+
     def __repr__(self):
         return f"<{self.name}>"
 
