@@ -104,7 +104,9 @@ def misspelled(read_address="cluster_to_split", copy_to="cluster_to_merge"):
     """The split/merge of :func:`mean_split_merge` reading ``aux_in[read_address]`` and
     copying to ``aux_out[copy_to]``; the defaults are the correct spellings."""
 
-    @transform
+    right = read_address == "cluster_to_split" and copy_to == "cluster_to_merge"
+
+    @transform(name="split_merge" if right else "misspelled_split_merge")
     def f(model_in, aux_in, model_out, aux_out):
         k = read(model_in["k"], discrete)
         split = True if k == 1 else read(aux_in["split"], discrete)
@@ -152,7 +154,9 @@ def labelled(u_label=continuous, k_label=discrete):
     (the defaults are right; ``u_label=discrete`` is the bug Gen does not catch:
     the derivative in ``u`` would silently be lost)."""
 
-    @transform
+    right = u_label is continuous and k_label is discrete
+
+    @transform(name="split_merge" if right else "mislabelled_split_merge")
     def f(model_in, aux_in, model_out, aux_out):
         k = read(model_in["k"], k_label)
         if k == 1:

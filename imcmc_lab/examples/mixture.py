@@ -188,6 +188,8 @@ def swap_last(model_in, aux_in, model_out, aux_out):
 def _birth_death_aux(insert_anywhere):
     @gen
     def birth_death_aux(trace):
+        """Birth (always when k = 1) or death with probability 1/2 each; a birth draws the
+        new cluster's mean, variance and weight (and, unless buggy, its index)."""
         k = trace["k"]
         if bernoulli(1.0 if k == 1 else 0.5) @ "is_birthing":
             normal(0.0, 10.0) @ "new_mu"
@@ -202,7 +204,7 @@ def _birth_death_aux(insert_anywhere):
 
 
 def _birth_death(insert_anywhere):
-    @transform
+    @transform(name="birth_death" if insert_anywhere else "birth_at_end")
     def birth_death(model_in, aux_in, model_out, aux_out):
         """Birth: a new cluster from the auxiliary choices, inserted at ``birth_idx``
         (the others scaled by ``1 - new_w``). Death: remove ``deletion_idx``."""

@@ -297,8 +297,9 @@ def apply_transform(f, model_trace, aux_trace=None, q=None, q_args=(), check_dim
         new_aux, problem = _aux_generate(q, q_args, app.new_model, aux_choices, run)
         if new_aux is None:
             raise TransformError(
-                f"the new auxiliary choices do not form a trace of {q.name}: {problem}. The transform "
-                f"must write (or copy) exactly the choices {q.name} makes at the new model trace."
+                f"the new auxiliary choices do not form a trace of {q.name}: {problem}"
+                f"{'' if problem.endswith('?') else '.'} The transform must write (or copy) exactly "
+                f"the choices {q.name} makes at the new model trace."
             )
         app.new_aux, app.log_q_new = new_aux, new_aux.score
         _check_output_labels(run, AUX, new_aux)
