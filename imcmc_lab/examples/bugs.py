@@ -56,18 +56,20 @@ def mean_split_aux(trace):
         uniform_discrete(1, k - 1) @ "cluster_to_merge"
 
 
-def mean_split_merge(merge_mean, name=None):
-    """Split cluster ``j`` into ``(j, k+1)`` as ``mu -/+ u``; merge ``(j, k)`` with ``merge_mean``."""
+def mean_split_merge(merge_mean, name=None, read_address="cluster_to_split", copy_to="cluster_to_merge"):
+    """Split cluster ``j`` into ``(j, k+1)`` as ``mu -/+ u``; merge ``(j, k)`` with ``merge_mean``.
+    (``read_address`` and ``copy_to`` are the auxiliary addresses of the split's read
+    and copy, for :func:`misspelled`.)"""
 
     @transform(name=name)
     def f(model_in, aux_in, model_out, aux_out):
         k = read(model_in["k"], discrete)
         split = True if k == 1 else read(aux_in["split"], discrete)
         if split:
-            j = read(aux_in["cluster_to_split"], discrete)
+            j = read(aux_in[read_address], discrete)
             write(model_out["k"], k + 1, discrete)
             write(aux_out["split"], False, discrete)
-            copy(aux_in["cluster_to_split"], aux_out["cluster_to_merge"])
+            copy(aux_in["cluster_to_split"], aux_out[copy_to])
             mu = read(model_in["mu", j], continuous)
             u = read(aux_in["u"], continuous)
             write(model_out["mu", j], mu - u, continuous)
@@ -101,36 +103,12 @@ birth_at_end = _birth_death(insert_anywhere=False)
 # 3. misspelled addresses (model: positive_means, aux: mean_split_aux)
 # ---------------------------------------------------------------------------
 def misspelled(read_address="cluster_to_split", copy_to="cluster_to_merge"):
-    """The split/merge of :func:`mean_split_merge` reading ``aux_in[read_address]`` and
-    copying to ``aux_out[copy_to]``; the defaults are the correct spellings."""
-
+    """The split/merge of :func:`mean_split_merge` (arithmetic merge) reading
+    ``aux_in[read_address]`` and copying to ``aux_out[copy_to]``; the defaults are the
+    correct spellings."""
     right = read_address == "cluster_to_split" and copy_to == "cluster_to_merge"
-
-    @transform(name="split_merge" if right else "misspelled_split_merge")
-    def f(model_in, aux_in, model_out, aux_out):
-        k = read(model_in["k"], discrete)
-        split = True if k == 1 else read(aux_in["split"], discrete)
-        if split:
-            j = read(aux_in[read_address], discrete)
-            write(model_out["k"], k + 1, discrete)
-            write(aux_out["split"], False, discrete)
-            copy(aux_in["cluster_to_split"], aux_out[copy_to])
-            mu = read(model_in["mu", j], continuous)
-            u = read(aux_in["u"], continuous)
-            write(model_out["mu", j], mu - u, continuous)
-            write(model_out["mu", k + 1], mu + u, continuous)
-        else:
-            j = read(aux_in["cluster_to_merge"], discrete)
-            write(model_out["k"], k - 1, discrete)
-            if k > 2:
-                write(aux_out["split"], True, discrete)
-            copy(aux_in["cluster_to_merge"], aux_out["cluster_to_split"])
-            mu1 = read(model_in["mu", j], continuous)
-            mu2 = read(model_in["mu", k], continuous)
-            write(model_out["mu", j], (mu1 + mu2) / 2, continuous)
-            write(aux_out["u"], (mu2 - mu1) / 2, continuous)
-
-    return f
+    return mean_split_merge(lambda a, b: (a + b) / 2, "split_merge" if right else "misspelled_split_merge",
+                            read_address, copy_to)
 
 
 # ---------------------------------------------------------------------------
