@@ -509,3 +509,23 @@ def test_simplex_birth_death_leaves_the_prior_invariant(sum_preserving):
     w0 = torch.tensor(w0_given_3)
     se = float(w0.std()) / math.sqrt(len(w0))
     assert abs(float(w0.mean()) - 1 / 3) <= 4 * se, f"E[w_0 | k = 3] = {float(w0.mean()):.4f}, prior 1/3"
+
+
+def test_explicit_copy_to_the_same_address_is_recorded_as_a_copy():
+    @il.gen
+    def three():
+        for name in ("a", "b", "c"):
+            il.normal(0.0, 1.0) @ name
+
+    @il.transform
+    def f(model_in, aux_in, model_out, aux_out):
+        copy(model_in["a"], model_out["a"])
+        write(model_out["b"], -read(model_in["b"], continuous), continuous)
+
+    torch.manual_seed(0)
+    app = il.apply_transform(f, three.simulate())
+    kinds = {(i.label(), o.label()): k for i, o, k in app.jacobian.eliminated}
+    assert kinds == {("model_in['a']", "model_out['a']"): "copy",
+                     ("model_in['c']", "model_out['c']"): "implicit"}
+    assert app.copied_implicitly == [("c",)]
+    assert app.jacobian.full_size == (3, 3) and app.jacobian.reduced_size == (1, 1)

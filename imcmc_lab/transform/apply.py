@@ -76,7 +76,9 @@ class Application:
     @property
     def copied_implicitly(self):
         """Model addresses left as they were (continuous ones; Gen's implicit copies)."""
-        return [src[1] for src, dst in self._consumed.items() if src == dst and src[0] == MODEL]
+        copied_to = self.run.copied_to if self.run is not None else {}
+        return [src[1] for src, dst in self._consumed.items()
+                if src == dst and src[0] == MODEL and dst not in copied_to]
 
     @property
     def logabsdet(self) -> float:
@@ -242,12 +244,12 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
     # copied coordinates (their columns are not unit columns when a written value uses them).
     graph = (graph[0], [l for _, l in read_inputs], graph[2], [c for cs, _ in read_inputs for c in cs])
     flats = (x_flat, y_flat, xn_flat, yn_flat)
-    app.jacobian = JacobianRecord(lambda: _coordinate_groups(flats, consumed), pass_through, rows, cols,
+    app.jacobian = JacobianRecord(lambda: _coordinate_groups(flats, consumed, copied_to), pass_through, rows, cols,
                                   matrix, blocks, logdet, graph)
     app._consumed = consumed
 
 
-def _coordinate_groups(flats, consumed):
+def _coordinate_groups(flats, consumed, copied_to):
     """``(inputs, outputs, eliminated)`` as :class:`CoordinateGroup` lists, one entry per
     continuous address, in trace order; eliminated entries are ``(source, destination, kind)``."""
     x_flat, y_flat, xn_flat, yn_flat = flats
@@ -265,7 +267,7 @@ def _coordinate_groups(flats, consumed):
             src = by_destination.get((side, address))
             if src is not None:
                 src_rec = (x_flat if src[0] == MODEL else y_flat)[src[1]]
-                kind = "implicit" if src == (side, address) else "copy"
+                kind = "copy" if (side, address) in copied_to else "implicit"
                 eliminated.append((CoordinateGroup(_IN[src[0]], src[1], free_part(src_rec.dist, src_rec.value)),
                                    group, kind))
     return inputs, outputs, eliminated
