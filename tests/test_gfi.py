@@ -457,3 +457,22 @@ def test_simulate_returns_the_program_return_value_and_args():
     assert inner.simulate(0.0).retval is not None
     node = cov_function_prior.simulate()
     assert node.retval[0] in {"constant", "linear", "squared_exp", "periodic", "plus", "times"}
+
+
+def test_differentiable_score_substitutes_by_any_address_spelling():
+    # "u" and ("u",) are the same address; an unknown one is an error, never ignored
+    @il.gen
+    def model():
+        u = il.beta(2.0, 3.0) @ "u"
+        il.bernoulli(u) @ "b"
+
+    trace, _ = model.generate((), {"u": 0.3, "b": True})
+    for key in ("u", ("u",)):
+        v = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
+        lp, _ = il.differentiable_score(trace, {key: v})
+        assert float(lp) == pytest.approx(float(model.assess((), {"u": 0.4, "b": True})))
+        (grad,) = torch.autograd.grad(lp, v)
+        # d/du [log Beta(u; 2, 3) + log u] = 1/u - 2/(1 - u) + 1/u
+        assert float(grad) == pytest.approx(2 / 0.4 - 2 / 0.6)
+    with pytest.raises(il.AddressError, match="no choice at 'uu'.*Did you mean 'u'"):
+        il.differentiable_score(trace, {"uu": v})

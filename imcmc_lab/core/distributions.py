@@ -66,6 +66,11 @@ def _real(x):
     return as_real(x)
 
 
+def _plain_scalars(*tensors):
+    """All 0-d and outside autograd: log-densities can then be computed with ``math``."""
+    return all(t.ndim == 0 and not t.requires_grad for t in tensors)
+
+
 def _where_support(ok, lp):
     """``lp`` where ``ok``, else ``-inf`` (keeps gradients on the valid part)."""
     return torch.where(ok, lp, torch.full_like(lp, _NEG_INF))
@@ -286,6 +291,12 @@ class Beta(Distribution):
         return x / (x + y)
 
     def log_prob(self, x):
+        if _plain_scalars(x, self.a, self.b):     # the common case, in Python arithmetic
+            v, a, b = x.item(), self.a.item(), self.b.item()
+            if not 0 < v < 1:
+                return torch.tensor(_NEG_INF, dtype=DTYPE)
+            return torch.tensor((a - 1) * math.log(v) + (b - 1) * math.log1p(-v)
+                                + math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b), dtype=DTYPE)
         ok = (x > 0) & (x < 1)
         xs = torch.where(ok, x, torch.full_like(x, 0.5))
         lp = ((self.a - 1) * torch.log(xs) + (self.b - 1) * torch.log1p(-xs)
@@ -463,6 +474,10 @@ class Bernoulli(Distribution):
         return (torch.rand((n,), dtype=DTYPE) < self.p).to(torch.int64)
 
     def log_prob(self, x):
+        if type(x) is bool and self.p.ndim == 0 and not self.p.requires_grad:
+            p = self.p.item()
+            q = p if x else 1.0 - p
+            return torch.tensor(math.log(q) if q > 0 else _NEG_INF, dtype=DTYPE)
         x = _real(x)
         ok = (x == 0) | (x == 1)
         lp = torch.where(x == 1, torch.log(self.p), torch.log1p(-self.p))
@@ -492,6 +507,8 @@ class UniformDiscrete(Distribution):
         return torch.randint(self.lo, self.hi + 1, (n,))
 
     def log_prob(self, x):
+        if type(x) is int:
+            return _real(-math.log(self.hi - self.lo + 1) if self.lo <= x <= self.hi else _NEG_INF)
         x = _real(x)
         ok = (x >= self.lo) & (x <= self.hi) & _is_int_tensor(x)
         return _where_support(ok, torch.full_like(x, -math.log(self.hi - self.lo + 1)))

@@ -462,7 +462,13 @@ def differentiable_score(trace, values: dict):
     import torch
 
     flat = dict(trace.get_choices().items())
-    flat.update(values)
+    for address, value in values.items():
+        address = normalize_address(address)
+        if address not in flat:
+            raise AddressError(f"differentiable_score: the trace has no choice at "
+                               f"{format_address(address)} to substitute."
+                               + did_you_mean(address, flat))
+        flat[address] = value
     terms = []
     saved = getattr(_local, "grad_terms", None)
     _local.grad_terms = terms
