@@ -216,6 +216,9 @@ class Normal(Distribution):
         return self.mean + self.std * torch.randn((n,), dtype=DTYPE)
 
     def log_prob(self, x):
+        if _plain_scalars(x, self.mean, self.std):
+            z = (x.item() - self.mean.item()) / self.std.item()
+            return torch.tensor(-0.5 * z * z - math.log(self.std.item()) - 0.5 * _LOG_2PI, dtype=DTYPE)
         z = (x - self.mean) / self.std
         return -0.5 * z * z - torch.log(self.std) - 0.5 * _LOG_2PI
 
@@ -267,6 +270,11 @@ class InvGamma(Distribution):
         return self.scale / torch._standard_gamma(self.shape.expand(n).contiguous())
 
     def log_prob(self, x):
+        if _plain_scalars(x, self.shape, self.scale):
+            v, a, b = x.item(), self.shape.item(), self.scale.item()
+            if not v > 0:
+                return torch.tensor(_NEG_INF, dtype=DTYPE)
+            return torch.tensor(a * math.log(b) - math.lgamma(a) - (a + 1) * math.log(v) - b / v, dtype=DTYPE)
         ok = x > 0
         xs = torch.where(ok, x, torch.ones_like(x))
         lp = (self.shape * torch.log(self.scale) - torch.lgamma(self.shape)
