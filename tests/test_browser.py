@@ -78,36 +78,42 @@ def browser():
         b.close()
 
 
+def voila_server(voila_args, root, log_name, env=None):
+    """Start Voilà on a free localhost port with a token; yields ``(port, token)``, then stops it."""
+    port, token = _free_port(), secrets.token_hex(16)
+    ARTIFACTS.mkdir(exist_ok=True)
+    log = open(ARTIFACTS / log_name, "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "voila", *voila_args, "--no-browser", f"--port={port}",
+         "--Voila.ip=127.0.0.1", f"--token={token}", "--show_tracebacks=True", f"--Voila.root_dir={root}"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=root, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"Voilà exited early; see {ARTIFACTS / log_name}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("Voilà did not start listening within 60 s")
+        yield port, token
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
 @pytest.fixture(scope="module")
 def voila_url():
     _requirements()
-    port, token = _free_port(), secrets.token_hex(16)
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / "voila.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "voila", str(NOTEBOOK), "--no-browser", f"--port={port}",
-         "--Voila.ip=127.0.0.1", f"--token={token}", "--show_tracebacks=True",
-         f"--Voila.root_dir={NOTEBOOK.parent}"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=NOTEBOOK.parent)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"Voilà exited early; see {ARTIFACTS / 'voila.log'}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-        except OSError:
-            time.sleep(0.2)
-    else:
-        proc.terminate()
-        pytest.fail("Voilà did not start listening within 60 s")
-    yield f"http://127.0.0.1:{port}/?token={token}"
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    for port, token in voila_server([str(NOTEBOOK)], NOTEBOOK.parent, "voila.log"):
+        yield f"http://127.0.0.1:{port}/?token={token}"
 
 
 def _visible_stage(container) -> str:

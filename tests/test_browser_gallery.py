@@ -16,16 +16,11 @@ from __future__ import annotations
 
 import os
 import pathlib
-import secrets
-import socket
-import subprocess
-import sys
-import time
 
 import pytest
 
 test_browser = pytest.importorskip("test_browser", reason="tests/test_browser.py holds the browser helpers")
-from test_browser import ARTIFACTS, _free_port, _requirements, browser  # noqa: E402,F401  (browser: a fixture)
+from test_browser import ARTIFACTS, _requirements, browser, voila_server  # noqa: E402,F401  (browser: a fixture)
 
 GALLERY = pathlib.Path(__file__).resolve().parent.parent / "gallery"
 
@@ -34,33 +29,9 @@ GALLERY = pathlib.Path(__file__).resolve().parent.parent / "gallery"
 def gallery_url():
     """A Voilà server on gallery/ (small-run mode); yields a function NAME -> page URL."""
     _requirements()
-    port, token = _free_port(), secrets.token_hex(16)
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / "voila-gallery.log", "w")
     env = dict(os.environ, IMCMC_SMALL="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "voila", "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
-         f"--token={token}", "--show_tracebacks=True", "--progressive_rendering=True", f"--Voila.root_dir={GALLERY}"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=GALLERY, env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"Voilà exited early; see {ARTIFACTS / 'voila-gallery.log'}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-        except OSError:
-            time.sleep(0.2)
-    else:
-        proc.terminate()
-        pytest.fail("Voilà did not start listening within 60 s")
-    yield lambda name: f"http://127.0.0.1:{port}/voila/render/{name}?token={token}"
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    for port, token in voila_server(["--progressive_rendering=True"], GALLERY, "voila-gallery.log", env):
+        yield lambda name: f"http://127.0.0.1:{port}/voila/render/{name}?token={token}"
 
 
 def _open(browser, url, done_js):
