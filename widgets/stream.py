@@ -31,7 +31,7 @@ from ._style import MUTED, SANS, esc
 
 __all__ = ["SamplerStream", "Throttle"]
 
-PALETTE = ["#0969da", "#bc4c00", "#1a7f37", "#8250df", "#bf3989", "#0a7ea4"]
+PALETTE = ["#0969da", "#bc4c00", "#1a7f37", "#8250df", "#bf3989", "#9a6700", "#57606a"]   # distinct hues
 
 
 class Throttle:
