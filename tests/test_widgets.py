@@ -29,6 +29,7 @@ from imcmc_lab import continuous, copy, read, write
 from imcmc_lab.examples import gp_structure as gp
 from imcmc_lab.examples.two_clusters import initial_trace, split_aux, split_merge
 from imcmc_lab.transform.interpreter import AUX, MODEL
+from test_jacobian import four_normals, two_bijections   # the two-block transform of the Jacobian tests
 
 W = pytest.importorskip("imcmc_lab.widgets")
 
@@ -160,23 +161,6 @@ def test_schematic_shows_a_failed_second_application(monkeypatch):
 # ---------------------------------------------------------------------------
 # Jacobian view
 # ---------------------------------------------------------------------------
-@il.gen
-def four_normals():
-    for name in ("a", "b", "c", "d"):
-        il.normal(0.0, 1.0) @ name
-    il.mvnormal(torch.zeros(2), torch.eye(2)) @ "m"
-
-
-@il.transform
-def two_bijections(model_in, aux_in, model_out, aux_out):
-    a, b = read(model_in["a"], continuous), read(model_in["b"], continuous)
-    write(model_out["a"], 2.0 * a - b, continuous)
-    write(model_out["b"], a + 3.0 * b, continuous)
-    c, d = read(model_in["c"], continuous), read(model_in["d"], continuous)
-    write(model_out["c"], c * torch.exp(d), continuous)
-    write(model_out["d"], d + torch.sin(c), continuous)
-
-
 def test_jacobian_view_labels_blocks_and_implicit_copies():
     torch.manual_seed(1)
     app = il.apply_transform(two_bijections, four_normals.simulate())

@@ -49,12 +49,14 @@ import math
 from functools import lru_cache
 from importlib import resources
 
+import numpy as np
 import torch
 
 from .. import (continuous, discrete, gamma, gen, iid, read, transform, uniform,
                 uniform_discrete, write)
 from ..core.distributions import Distribution, _check_positive, _real, _where_support
 from ..core.values import DTYPE, as_real
+from ..inference.chains import run_chain
 from ..inference.involutive import InvolutiveKernel
 
 __all__ = ["load_coal", "years_to_days", "coal", "coal_aux", "coal_moves", "coal_kernel", "initial_trace",
@@ -407,10 +409,6 @@ def sample_posterior(steps, seed, times=(), n=3):
     """Run :func:`coal_kernel` for ``steps`` moves from :func:`initial_trace` with ``n``
     change points; return ``(n per step, rate at each of times per step)`` as NumPy
     arrays. A plain top-level function, so it can run in a worker process."""
-    import numpy as np
-
-    from ..inference.chains import run_chain
-
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     times = as_real(times)

@@ -227,10 +227,7 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
         )
     n_in = sum(len(cs) for cs, _ in remaining_inputs)
     n_out = sum(len(cs) for cs, _ in written_outputs)
-    reduced, pass_through, graph = (None, [], None)
-    if n_in == n_out:
-        reduced, pass_through, graph = reduced_jacobian(written_outputs, remaining_inputs)
-    if n_in != n_out or reduced is None:
+    if n_in != n_out:
         ins = ", ".join(c.label() for cs, _ in remaining_inputs for c in cs) or "(none)"
         outs = ", ".join(c.label() for cs, _ in written_outputs for c in cs) or "(none)"
         raise DimensionError(
@@ -239,7 +236,8 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
             f"Inputs read: {ins}. Outputs written: {outs}. Add auxiliary choices on the smaller "
             f"side (e.g. sample them in the auxiliary program) or write the missing outputs."
         )
-    rows, cols, matrix, blocks, logdet = reduced
+    (rows, cols, matrix, blocks, logdet), pass_through, graph = reduced_jacobian(written_outputs,
+                                                                                 remaining_inputs)
     # dense() differentiates with respect to every continuous read, including reads of
     # copied coordinates (their columns are not unit columns when a written value uses them).
     graph = (graph[0], [l for _, l in read_inputs], graph[2], [c for cs, _ in read_inputs for c in cs])

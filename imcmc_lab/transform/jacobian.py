@@ -250,7 +250,8 @@ def reduced_jacobian(outputs, inputs):
 
     ``outputs``: list of ``(Coordinate-list, value tensor)`` for written continuous outputs;
     ``inputs``: list of ``(Coordinate-list, autograd leaf)`` for remaining inputs
-    (copies already removed). Returns ``(reduced or None, pass_through, graph)``.
+    (copies already removed), with as many coordinates as the outputs (the caller
+    reports a dimension mismatch). Returns ``(reduced, pass_through, graph)``.
     """
     out_coords = [c for cs, _ in outputs for c in cs]
     in_coords = [c for cs, _ in inputs for c in cs]
@@ -261,17 +262,13 @@ def reduced_jacobian(outputs, inputs):
     # Pass-through coordinates of vector choices: an output coordinate equal to a
     # coordinate of the input at the same address. Verified below, then eliminated.
     candidates = _pass_through_candidates(outputs, inputs)
-    graph = (out_cat, leaves, out_coords, in_coords)
     full_rows = _rows_without(out_cat, leaves, len(out_coords), len(in_coords), candidates)
     if full_rows is None:     # a candidate is not a unit row: nothing passes through
         candidates = []
         full_rows = _rows_without(out_cat, leaves, len(out_coords), len(in_coords), candidates)
-    passed_cols = {c for _, c in candidates}
     rows = _remaining(len(out_coords), {r for r, _ in candidates})
-    cols = _remaining(len(in_coords), passed_cols)
+    cols = _remaining(len(in_coords), {c for _, c in candidates})
     pass_through = [(in_coords[c], out_coords[r], "pass-through") for r, c in candidates]
-    if full_rows is False:
-        return None, pass_through, graph
     reduced = full_rows[:, cols] if cols else full_rows[:, :0]
     blocks, total = [], 0.0
     for brows, bcols in _components(reduced):
@@ -286,6 +283,7 @@ def reduced_jacobian(outputs, inputs):
         total += logdet
     record_rows = [out_coords[i] for i in rows]
     record_cols = [in_coords[j] for j in cols]
+    graph = (out_cat, leaves, out_coords, in_coords)
     return (record_rows, record_cols, reduced.detach(), blocks, total), pass_through, graph
 
 
@@ -297,11 +295,8 @@ def _rows_without(out_cat, leaves, n_out, n_in, candidates):
     """The Jacobian rows that are not pass-through ``candidates``, from one autodiff pass
     that also verifies the candidates: with random weights ``v`` on the candidate rows,
     ``v @ J`` must be exactly ``v`` placed at the claimed columns (so a coincidence of
-    values can never remove a row). Returns None if that fails, False if the reduced
-    matrix is not square (a dimension error the caller reports)."""
+    values can never remove a row). Returns None if that check fails."""
     rows = _remaining(n_out, {r for r, _ in candidates})
-    if len(rows) != n_in - len(candidates):
-        return False
     if not candidates:
         return _batched_rows(out_cat, leaves, rows) if rows else torch.zeros((0, n_in), dtype=torch.float64)
     if not out_cat.requires_grad:
