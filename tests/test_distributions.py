@@ -316,3 +316,170 @@ def test_iid_of_zero_values_samples_an_empty_tensor():
     value = d.sample()
     assert value.shape == (0,) and float(d.log_prob(value)) == 0.0
     assert il.iid(il.poisson(2.0), 0).sample().dtype == torch.int64
+
+
+# ---------------------------------------------------------------------------
+# Python-arithmetic fast paths agree with the torch path, in, at the edge of and
+# outside the support (the engine stores logpdf(); log_prob keeps its tensor)
+# ---------------------------------------------------------------------------
+def _torch_path(dist, value):
+    """log_prob computed by the tensor formulas: a discrete value as a float tensor, a
+    continuous one inside autograd (every fast path steps aside for either)."""
+    if dist.discrete:
+        return float(dist.log_prob(t(float(value))))
+    return float(dist.log_prob(t(value).requires_grad_()).detach())
+
+
+def _same(a, b, rel=1e-13):
+    return a == b or (math.isfinite(a) and math.isclose(a, b, rel_tol=rel, abs_tol=rel))
+
+
+DIRICHLET_VALUES = [[0.2, 0.3, 0.5], [1e-300, 0.5, 0.5], [0.0, 0.5, 0.5], [-0.1, 0.6, 0.5],
+                    [0.2, 0.3, 0.5 + 1e-6], [0.2, 0.3, 0.5 + 1e-10], [0.5, 0.5], [0.25] * 4,
+                    [math.nan, 0.5, 0.5], [math.inf, 0.5, 0.5], [1.0, 0.0, 0.0]]
+
+
+@pytest.mark.parametrize("alpha", [[2.0, 2.0, 2.0], [0.5, 1.5, 3.0], [1.0, 1.0, 1.0]], ids=str)
+def test_dirichlet_fast_path_matches_the_torch_path(alpha):
+    d = il.dirichlet(t(alpha))
+    ref = stats.dirichlet(np.array(alpha))
+    for x in DIRICHLET_VALUES:
+        fast, slow = d.logpdf(t(x)), _torch_path(d, x)
+        assert type(fast) is float and _same(fast, slow), (x, fast, slow)
+        assert float(d.log_prob(t(x))) == fast
+        inside = len(x) == 3 and all(v > 0 for v in x) and abs(sum(x) - 1) < 1e-8
+        assert (fast > -INF) == inside, x
+        if inside and x[0] > 1e-200:
+            assert math.isclose(fast, ref.logpdf(np.array(x) / sum(x)), rel_tol=1e-8)
+    one = il.dirichlet(t([1.5]))          # k = 1: the only value is [1]
+    assert one.logpdf(t([1.0])) == 0.0 and one.logpdf(t([0.5])) == -INF
+
+
+def test_dirichlet_batch_and_wrong_length_never_raise():
+    d = il.dirichlet(t([2.0, 2.0, 2.0]))
+    batch = t([[0.2, 0.3, 0.5], [0.0, 0.5, 0.5]])
+    got = d.log_prob(batch)
+    assert got.shape == (2,) and got[1] == -INF and _same(float(got[0]), d.logpdf(t([0.2, 0.3, 0.5])))
+    assert d.log_prob(t([[0.5, 0.5]])).tolist() == [-INF]
+    assert float(d.log_prob(t(0.5))) == -INF
+
+
+POISSON_CASES = [(il.poisson(3.5), [0, 1, 3, 12, 200, -1, -7]),
+                 (il.poisson(0.0), [0, 1, 5, -1]),
+                 (il.poisson(1e-300), [0, 1, 2]),
+                 (il.poisson_plus_one(2.0), [0, 1, 2, 9, -1]),
+                 (il.poisson_plus_one(0.0), [0, 1, 2])]
+
+
+@pytest.mark.parametrize("dist, values", POISSON_CASES, ids=[repr(d) for d, _ in POISSON_CASES])
+def test_poisson_fast_path_matches_the_torch_path(dist, values):
+    rate, shift = float(dist.rate), dist.shift
+    for x in values:
+        fast, slow = dist.logpdf(x), _torch_path(dist, x)
+        assert type(fast) is float and _same(fast, slow), (x, fast, slow)
+        assert float(dist.log_prob(x)) == fast
+        expected = float(stats.poisson(rate, loc=shift).logpmf(x))
+        assert (fast == -INF) if expected == -INF else math.isclose(fast, expected, rel_tol=1e-12)
+    for x in (2.5, -0.5, True, math.inf, math.nan):     # not ints: the torch path, never an error
+        assert dist.logpdf(x) == float(dist.log_prob(x))
+    assert dist.logpdf(2.5) == -INF
+
+
+def test_poisson_check_params():
+    assert il.poisson(0.0).check_params() is None and il.poisson(2.0).check_params() is None
+    for rate in (-1.0, math.inf, math.nan):
+        assert "rate must be finite and >= 0" in il.poisson(rate).check_params()
+
+
+@pytest.mark.parametrize("dist, values", [
+    (il.normal(1.5, 2.0), [-30.0, 1.5, 7.3, INF, -INF]),
+    (il.inv_gamma(3.0, 2.0), [-1.0, 0.0, 1e-300, 0.05, 9.0, INF]),
+    (il.beta(2.0, 5.0), [-0.5, 0.0, 1e-300, 0.3, 1.0, 1.5]),
+    (il.bernoulli(0.3), [True, False]),
+    (il.bernoulli(0.0), [True, False]),
+    (il.uniform_discrete(2, 5), [1, 2, 5, 6]),
+], ids=repr)
+def test_scalar_fast_paths_match_the_torch_path(dist, values):
+    for x in values:
+        fast, slow = dist.logpdf(x if dist.discrete else t(x)), _torch_path(dist, x)
+        assert type(fast) is float and _same(fast, slow), (x, fast, slow)
+
+
+MIXTURE = il.mixture_of_normals(t([0.2, 0.8]), t([-2.0, 3.0]), t([0.5, 4.0]))
+MIXTURE_VALUES = [-5.0, -2.0, 0.0, 3.0, 9.0, 60.0, -1e3, 1e5, 1e200, INF, -INF]
+
+
+@pytest.mark.parametrize("dist", [
+    MIXTURE,
+    il.mixture_of_normals(t([0.0, 1.0]), t([-2.0, 3.0]), t([0.5, 4.0])),        # a zero weight
+    il.mixture_of_normals(t([1.0]), t([0.5]), t([2.0])),                        # one component
+    il.mixture_of_normals(t([0.3, 0.3]), t([-1.0, 1.0]), t([1e-300, 1e300])),   # extreme variances
+], ids=["two", "zero-weight", "one", "extreme"])
+def test_mixture_fast_paths_match_the_torch_path(dist):
+    batch = t(MIXTURE_VALUES)
+    fast = dist.log_prob(batch)
+    slow = dist.log_prob(batch.clone().requires_grad_()).detach()
+    assert fast.dtype == F64 and fast.shape == batch.shape
+    for v, a, b in zip(MIXTURE_VALUES, fast.tolist(), slow.tolist()):
+        assert _same(a, b, rel=1e-12), (v, a, b)                      # far points: the exact shift
+        assert _same(dist.logpdf(t(v)), b, rel=1e-12), v              # one value: Python arithmetic
+    both = dist.log_prob(t([[0.0, 1e5], [3.0, -INF]]))                # any batch shape
+    assert _same(float(both[0, 1]), slow[7].item(), rel=1e-12) and both[1, 1] == -INF
+    assert math.isnan(float(dist.log_prob(t([0.0, math.nan]))[1])) and math.isnan(dist.logpdf(t(math.nan)))
+
+
+def test_mixture_all_zero_weights_and_empty_batch():
+    d = il.mixture_of_normals(t([0.0, 0.0]), t([0.0, 1.0]), t([1.0, 1.0]))
+    assert d.check_params() is None
+    assert d.log_prob(t([0.0, 2.0])).tolist() == [-INF, -INF] and d.logpdf(t(0.5)) == -INF
+    assert float(il.iid(MIXTURE, 0).log_prob(torch.empty(0, dtype=F64))) == 0.0
+
+
+def test_mixture_iid_likelihood_equals_the_elementwise_sum_and_float64():
+    torch.manual_seed(3)
+    w = torch.distributions.Dirichlet(torch.full((32,), 2.0, dtype=F64)).sample()
+    m, v = 5 * torch.randn(32, dtype=F64), torch.rand(32, dtype=F64) + 0.1
+    x = 8 * torch.randn(10_000, dtype=F64)
+    d = il.iid(il.mixture_of_normals(w, m, v), 10_000)
+    got = d.log_prob(x)
+    expected = special.logsumexp(np.log(w.numpy()) + stats.norm.logpdf(x.numpy()[:, None], m.numpy(),
+                                                                         np.sqrt(v.numpy())), axis=1).sum()
+    assert got.dtype == F64 and math.isclose(float(got), expected, rel_tol=1e-12)
+
+
+def test_check_params_of_short_vectors_name_the_values():
+    assert il.dirichlet(t([2.0, 2.0])).check_params() is None
+    assert il.dirichlet(t([2.0, 0.0])).check_params() == "alpha must be finite and > 0, got [2.0, 0.0]"
+    assert "alpha must be finite and > 0" in il.dirichlet(t([2.0, math.nan])).check_params()
+    ok = il.mixture_of_normals(t([0.5, 0.5]), t([0.0, 1.0]), t([1.0, 1.0]))
+    assert ok.check_params() is None
+    bad = [((t([0.5, -0.5]), t([0.0, 1.0]), t([1.0, 1.0])), "weights must be >= 0, got [0.5, -0.5]"),
+           ((t([0.5, 0.5]), t([0.0, math.inf]), t([1.0, 1.0])), "means must be finite, got [0.0, inf]"),
+           ((t([0.5, 0.5]), t([0.0, 1.0]), t([1.0, 0.0])), "variances must be finite and > 0, got [1.0, 0.0]"),
+           ((t([0.5, 0.5]), t([0.0, 1.0, 2.0]), t([1.0, 1.0])), "must be vectors of one length")]
+    for args, message in bad:
+        assert message in il.mixture_of_normals(*args).check_params(), args
+
+
+def test_fast_paths_keep_gradients():
+    x = torch.tensor(0.7, dtype=F64, requires_grad=True)
+    (grad,) = torch.autograd.grad(MIXTURE.log_prob(x), x)
+    w, m, v = np.array([0.2, 0.8]), np.array([-2.0, 3.0]), np.array([0.5, 4.0])
+    r = w * stats.norm.pdf(0.7, m, np.sqrt(v))
+    assert math.isclose(float(grad), float(np.sum(r * (m - 0.7) / v) / np.sum(r)), rel_tol=1e-10)
+    mean = torch.tensor(0.5, dtype=F64, requires_grad=True)        # a parameter in autograd
+    (grad,) = torch.autograd.grad(il.normal(mean, 2.0).log_prob(t(1.5)), mean)
+    assert math.isclose(float(grad), 1.0 / 4.0, rel_tol=1e-12)
+    weights = t([0.2, 0.3, 0.5]).requires_grad_()
+    (grad,) = torch.autograd.grad(il.dirichlet(t([2.0, 3.0, 4.0])).log_prob(weights), weights)
+    assert torch.allclose(grad, t([1 / 0.2, 2 / 0.3, 3 / 0.5]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dist", [il.normal(1.0, 2.0), il.inv_gamma(2.0, 1.0), il.beta(2.0, 2.0),
+                                  il.bernoulli(0.4), il.uniform_discrete(1, 6), il.poisson(2.0)], ids=repr)
+def test_samples_come_from_torchs_global_generator(dist):
+    torch.manual_seed(11)
+    first = [dist.sample() for _ in range(20)]
+    torch.manual_seed(11)
+    assert [dist.sample() for _ in range(20)] == first
+    assert len({float(v) for v in first}) > 1

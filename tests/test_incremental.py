@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
+from scipy import special, stats
 
 import imcmc_lab as il
+from imcmc_lab.examples import mixture
 
 N = 10_000
 
@@ -242,3 +245,80 @@ def test_constraint_inside_a_sub_call_rescores_only_that_choice():
     assert work.executions == 2                  # outer and heavy; light's args unchanged
     assert work.logpdf_evaluations == 1
     assert new["heavy", 8] is trace["heavy", 8]
+
+
+# ---------------------------------------------------------------------------
+# the bookkeeping shortcuts of update: kept records, nothing removed
+# ---------------------------------------------------------------------------
+@il.gen
+def switch(as_call):
+    il.normal(0.0, 1.0) @ "m"
+    if as_call:
+        return obs(0.5) @ "a"          # a sub-call where the other branch has a choice
+    return il.normal(1.0, 2.0) @ "a"
+
+
+def test_update_turning_a_choice_into_a_sub_call_discards_it():
+    torch.manual_seed(0)
+    trace = switch.simulate(False)
+    new, weight, discard = trace.update({}, args=(True,))
+    assert discard == {"a": trace["a"]}                  # the same number of addresses as before
+    assert math.isclose(weight, new.score - trace.score, rel_tol=1e-12, abs_tol=1e-12)
+    back, weight, discard = new.update({}, args=(False,))
+    assert set(discard.addresses()) == {("a", "outlier"), ("a", "y")}
+    assert math.isclose(weight, back.score - new.score, rel_tol=1e-12, abs_tol=1e-12)
+
+
+def test_update_renaming_an_address_discards_the_old_one():
+    @il.gen
+    def named(name):
+        il.normal(0.0, 1.0) @ "m"
+        return il.normal(0.0, 1.0) @ name
+
+    torch.manual_seed(0)
+    trace = named.simulate("b")
+    new, weight, discard = trace.update({"c": 0.25}, args=("c",))
+    assert discard == {"b": trace["b"]} and "b" not in new
+    assert math.isclose(weight, float(il.normal(0.0, 1.0).log_prob(torch.tensor(0.25, dtype=torch.float64)))
+                        - trace.choice_record("b").logpdf, rel_tol=1e-12)
+
+
+def test_unchanged_choices_keep_their_records():
+    torch.manual_seed(0)
+    trace = switch.simulate(False)
+    with il.count_work() as work:
+        new, weight, discard = trace.update({"m": 0.3})
+    assert work.logpdf_evaluations == 1 and len(discard) == 1
+    assert new.choice_record("a") is trace.choice_record("a")      # records are immutable: shared
+    assert new.score == new.choice_record("m").logpdf + new.choice_record("a").logpdf
+
+
+def _gmm_log_joint(trace, x):
+    """log p of the Fig. 1 mixture model in scipy (independent of the engine's fast paths)."""
+    k = trace["k"]
+    mu = np.array([float(trace["mu", j]) for j in range(1, k + 1)])
+    var = np.array([float(trace["var", j]) for j in range(1, k + 1)])
+    w = trace["weights"].numpy()
+    lp = stats.poisson(1.0, loc=1).logpmf(k) + stats.norm(0.0, 10.0).logpdf(mu).sum()
+    lp += stats.invgamma(1.0, scale=10.0).logpdf(var).sum() + stats.dirichlet(np.full(k, 2.0)).logpdf(w)
+    return lp + special.logsumexp(np.log(w) + stats.norm.logpdf(x[:, None], mu, np.sqrt(var)), axis=1).sum()
+
+
+@pytest.mark.parametrize("n, k", [(100, 2), (1000, 8)])
+def test_split_merge_model_update_weight_is_exact(n, k):
+    torch.manual_seed(n + k)
+    data = mixture.synthetic_data(n, seed=k)
+    trace = mixture.initial_trace(data, k=k)
+    x = data.numpy()
+    # a split of cluster 1 (new last cluster) and a merge of cluster 1 with the last
+    w = trace["weights"]
+    split = {"k": k + 1, "weights": torch.cat([w[:1] * 0.3, w[1:], w[:1] * 0.7]),
+             ("mu", 1): trace["mu", 1] - 0.5, ("mu", k + 1): trace["mu", 1] + 0.5,
+             ("var", 1): trace["var", 1] * 0.8, ("var", k + 1): trace["var", 1] * 1.2}
+    merge = {"k": k - 1, "weights": torch.cat([w[:1] + w[-1:], w[1:-1]]),
+             ("mu", 1): (trace["mu", 1] + trace["mu", k]) / 2, ("var", 1): trace["var", 1] + 1.0}
+    for constraints in (split, merge):
+        new, weight, _ = trace.update(constraints)
+        expected = _gmm_log_joint(new, x) - _gmm_log_joint(trace, x)
+        assert math.isclose(weight, expected, rel_tol=1e-12, abs_tol=1e-12 * abs(_gmm_log_joint(trace, x)))
+        assert math.isclose(new.score, _gmm_log_joint(new, x), rel_tol=1e-12)

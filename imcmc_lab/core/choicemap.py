@@ -57,6 +57,8 @@ class ChoiceMap:
 
     def _check_leaf_namespace_conflicts(self):
         spaces = self._namespace_set()
+        if spaces.isdisjoint(self._leaves):       # the common case, in one C call
+            return
         for address in self._leaves:
             if address in spaces:
                 raise AddressError(
@@ -68,8 +70,9 @@ class ChoiceMap:
         if self._namespaces is None:
             spaces = set()
             for address in self._leaves:
-                for i in range(1, len(address)):
-                    spaces.add(address[:i])
+                if len(address) > 1:
+                    for i in range(1, len(address)):
+                        spaces.add(address[:i])
             self._namespaces = spaces
         return self._namespaces
 

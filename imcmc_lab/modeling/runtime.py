@@ -113,7 +113,10 @@ def _caller_line(depth):
 
 
 def visit_choice(dist, address):
-    return _current_tracer().choice(normalize_address(address), dist, _caller_line(3))
+    # once per random choice: _current_tracer and _caller_line inlined
+    tracer = getattr(_local, "tracer", None) or _current_tracer()
+    frame = sys._getframe(2)        # the body that wrote `dist @ address`
+    return tracer.choice(normalize_address(address), dist, (frame.f_code.co_filename, frame.f_lineno))
 
 
 def visit_call(gen_fn, args, address):
@@ -168,7 +171,8 @@ def run_child(gen_fn, args, prev_sub, sub_constraints, sub_selection, mode):
 # ---------------------------------------------------------------------------
 class _Tracer:
     __slots__ = ("gen_fn", "mode", "prev", "constraints", "selection", "records", "lines",
-                 "namespaces", "weight", "discard", "fresh", "n_used", "_groups", "impossible")
+                 "namespaces", "weight", "discard", "fresh", "n_used", "_groups", "impossible",
+                 "grad_terms", "n_kept")
 
     def __init__(self, gen_fn, mode, prev, constraints, selection):
         self.gen_fn, self.mode, self.prev = gen_fn, mode, prev
@@ -185,9 +189,33 @@ class _Tracer:
         # Set once some choice has log-density -inf: later invalid parameters are then
         # a consequence (a kept value outside its new support), not a user error.
         self.impossible = False
+        # differentiable_score collects the log-density tensors of the run here
+        self.grad_terms = getattr(_local, "grad_terms", None)
+        # addresses of ``prev`` visited again with a record of the same kind (and callee):
+        # when that is all of them, finish_removed has nothing to do
+        self.n_kept = 0
 
     # -- address bookkeeping ---------------------------------------------
     def _claim(self, address, line, what):
+        records = self.records
+        if address in records or address in self.namespaces or not address:
+            self._claim_error(address, line, what)      # raises (kept out of the hot path)
+        if len(address) > 1:
+            namespaces = self.namespaces
+            for i in range(1, len(address)):
+                prefix = address[:i]
+                if prefix in namespaces:     # checked when added (a namespace is never a leaf)
+                    continue
+                if prefix in records:
+                    raise AddressError(
+                        f"address {format_address(address)} in {self.gen_fn.name} "
+                        f"({_describe_line(line)}) lies under {format_address(prefix)}, which "
+                        f"already holds a value; a path is a leaf or a namespace, never both."
+                    )
+                namespaces.add(prefix)
+        self.lines[address] = line
+
+    def _claim_error(self, address, line, what):
         if not address:
             raise AddressError(f"the empty address () cannot hold a {what}; give it a name")
         if address in self.records:
@@ -204,16 +232,6 @@ class _Tracer:
                 f"({_describe_line(line)}) is already a namespace holding other choices; "
                 f"a path is a leaf or a namespace, never both."
             )
-        for i in range(1, len(address)):
-            prefix = address[:i]
-            if prefix in self.records:
-                raise AddressError(
-                    f"address {format_address(address)} in {self.gen_fn.name} "
-                    f"({_describe_line(line)}) lies under {format_address(prefix)}, which "
-                    f"already holds a value; a path is a leaf or a namespace, never both."
-                )
-            self.namespaces.add(prefix)
-        self.lines[address] = line
 
     def _sub_constraints(self, address):
         if self.constraints is None:
@@ -229,7 +247,9 @@ class _Tracer:
         prev_rec = None
         if self.prev is not None:
             prev_rec = self.prev._records.get(address)
-            if type(prev_rec) is not ChoiceRecord:
+            if type(prev_rec) is ChoiceRecord:
+                self.n_kept += 1
+            else:
                 prev_rec = None
         constraints = self.constraints
         if constraints is not None and address in constraints:
@@ -254,9 +274,11 @@ class _Tracer:
         elif prev_rec is not None and not (mode == REGENERATE and address in self.selection):
             value = prev_rec.value
             # A finite cached log-density means these same parameters were valid: the
-            # hot path of update reuses it without validating or re-scoring.
+            # hot path of update reuses it (and its record: the same value, density and
+            # distribution arguments) without validating or re-scoring.
             if prev_rec.logpdf != _NEG_INF and dist.same_as(prev_rec.dist):
-                logpdf = prev_rec.logpdf
+                self.records[address] = prev_rec
+                return value
             else:
                 valid = self._validate(dist, address, line, may_be_impossible=True)
                 if valid and dist.same_as(prev_rec.dist):
@@ -295,14 +317,17 @@ class _Tracer:
         counters.logpdf_evaluations += 1
         if not valid:
             return _NEG_INF
-        if dist.event_shape and tuple(getattr(value, "shape", ())) != tuple(dist.event_shape):
+        shape = getattr(value, "shape", ())
+        if dist.event_shape and shape != dist.event_shape and tuple(shape) != tuple(dist.event_shape):
             self.impossible = True
             return _NEG_INF  # a kept value of the wrong length is outside the support
-        logpdf_tensor = dist.log_prob(value)
-        terms = getattr(_local, "grad_terms", None)
-        if terms is not None:
+        terms = self.grad_terms
+        if terms is None:
+            logpdf = dist.logpdf(value)     # a Python float: no tensor round trip on fast paths
+        else:
+            logpdf_tensor = dist.log_prob(value)
             terms.append(logpdf_tensor)
-        logpdf = float(logpdf_tensor.detach())
+            logpdf = logpdf_tensor.item()
         if logpdf == _NEG_INF:
             self.impossible = True
         if math.isnan(logpdf):
@@ -323,6 +348,8 @@ class _Tracer:
                 prev_sub = prev_rec.trace
         sub_sel = self.selection.subselection(address) if self.selection is not None else None
         result, weight = run_child(gen_fn, args, prev_sub, self._sub_constraints(address), sub_sel, self.mode)
+        if prev_sub is not None and result.trace.gen_fn == prev_sub.gen_fn:
+            self.n_kept += 1
         self.weight += weight
         self.n_used += result.n_used
         if result.discard:
@@ -336,6 +363,8 @@ class _Tracer:
     # -- the end of an update: what the new run no longer visits -------------
     def finish_removed(self):
         if self.prev is None or self.mode not in (UPDATE, REGENERATE):
+            return
+        if self.n_kept == len(self.prev._records):     # every old address is still there
             return
         records = self.records
         for address, old in self.prev._records.items():
@@ -352,6 +381,18 @@ class _Tracer:
                     self.discard[address + sub] = value
 
 
+def _dynamic_trace():
+    # gen imports this module: bound on first use (an import statement per run costs)
+    global _DynamicTrace
+    if _DynamicTrace is None:
+        from .gen import DynamicTrace
+        _DynamicTrace = DynamicTrace
+    return _DynamicTrace
+
+
+_DynamicTrace = None
+
+
 def run_dynamic(gen_fn, args, prev, constraints, selection, mode):
     """Run a ``@gen`` function's body under a tracer (see :class:`_Tracer`)."""
     __tracebackhide__ = True  # IPython and pytest hide engine frames in user tracebacks
@@ -364,12 +405,10 @@ def run_dynamic(gen_fn, args, prev, constraints, selection, mode):
     finally:
         _local.tracer = saved
     tracer.finish_removed()
-    from .gen import DynamicTrace
-
     score = 0.0
     for record in tracer.records.values():
         score += record.logpdf
-    trace = DynamicTrace(gen_fn, args, retval, score, tracer.records)
+    trace = _dynamic_trace()(gen_fn, args, retval, score, tracer.records)
     return Result(trace, tracer.weight, tracer.discard, tracer.fresh, tracer.n_used)
 
 
