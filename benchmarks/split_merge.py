@@ -13,9 +13,11 @@ analytic Richardson-Green Jacobian, the log joint of the current state cached).
    move costs what a move at that ``K`` costs), median of several repetitions,
    for n in {100, 1000, 10000} and K in {2, 8, 32}; the ratio engine/hand-coded.
 3. Ablations at K = 8: incremental update off (the model trace is re-generated
-   from all its choices, as an engine without incremental update must) and copy
-   elimination off (log |det J| from the full Jacobian over every continuous
-   coordinate, data included).
+   from all its choices, as an engine without incremental update must), the
+   float path off (the transform runs on torch autograd tensors and the reduced
+   Jacobian comes from one batched backward pass) and copy elimination off
+   (log |det J| from the full Jacobian over every continuous coordinate, data
+   included).
 
 Run: ``python benchmarks/split_merge.py`` (about 2 minutes; ``--quick`` for fewer
 repetitions). Results are in benchmarks/README.md.
@@ -116,6 +118,17 @@ def hand_mover(state, x, seed):
     return lambda: hand.move(state, x, rng)
 
 
+class TorchAutograd:
+    """Ablation: the transform always runs on torch autograd tensors (no float path)."""
+
+    def __enter__(self):
+        self.saved, m.split_merge.autodiff = m.split_merge.autodiff, "torch"
+        return self
+
+    def __exit__(self, *exc):
+        m.split_merge.autodiff = self.saved
+
+
 class NoIncremental:
     """Ablation: every model update re-generates the trace from all its choices."""
 
@@ -191,15 +204,17 @@ def main(argv=None):
         print(f"   n={n:>5}: time per move K=32 / K=2: engine {growth_engine:.2f}x, hand-coded {growth_hand:.2f}x")
 
     print("\n3. ablations at K = 8 (ms per move, median)")
-    print(f"   {'n':>6} {'engine':>9} {'no incremental':>15} {'no copy elimination':>20}")
+    print(f"   {'n':>6} {'engine':>9} {'no incremental':>15} {'torch autograd':>15} {'no copy elimination':>20}")
     for n in NS:
         trace, _, _ = make_state(n, 8, seed=n + 8)
         base = time_moves(engine_mover(trace), 50, reps)
         with NoIncremental():
             full = time_moves(engine_mover(trace), 50, reps)
+        with TorchAutograd():
+            autograd = time_moves(engine_mover(trace), 50, reps)
         dense_moves = {100: 20, 1000: 3, 10000: 1}[n]
         dense = time_moves(dense_logabsdet_mover(trace), dense_moves, 1) if n <= 1000 or not args.quick else math.nan
-        print(f"   {n:>6} {base * 1e3:>9.2f} {full * 1e3:>15.2f} {dense * 1e3:>20.1f}")
+        print(f"   {n:>6} {base * 1e3:>9.2f} {full * 1e3:>15.2f} {autograd * 1e3:>15.2f} {dense * 1e3:>20.1f}")
     return 0
 
 

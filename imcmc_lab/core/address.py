@@ -35,9 +35,10 @@ def _normalize_key(key):
 def normalize_address(address) -> tuple:
     """Return ``address`` as a tuple of keys (``"k"`` -> ``("k",)``)."""
     if type(address) is tuple:
-        if all(type(k) is str or type(k) is int for k in address):
-            return address
-        return tuple(_normalize_key(k) for k in address)
+        for k in address:      # a loop, not all(...): this runs once per random choice
+            if type(k) is not str and type(k) is not int:
+                return tuple(_normalize_key(k) for k in address)
+        return address
     if type(address) is str or type(address) is int:
         return (address,)
     if isinstance(address, list):

@@ -139,10 +139,11 @@ def _aux_generate(q, q_args, new_model, aux_choices, run):
 
 
 def _check_output_labels(run, side, new_trace):
+    records = new_trace.flat_records()      # cached on the trace; _account uses it too
     for (s, address), w in run.writes.items():
         if s != side:
             continue
-        record = new_trace.choice_record(address)
+        record = records.get(address)
         if record is not None and record.dist.discrete != w.label.is_discrete:
             kind = "discrete" if record.dist.discrete else "continuous"
             raise LabelError(
@@ -152,7 +153,7 @@ def _check_output_labels(run, side, new_trace):
     for c in run.copies:
         if c.dst_side != side:
             continue
-        record = new_trace.choice_record(c.dst_address)
+        record = records.get(c.dst_address)
         if record is not None and record.dist.discrete != c.is_discrete:
             raise LabelError(
                 f"copy from {_IN[c.src_side]}[{format_address(c.src_address)}] to "
@@ -174,6 +175,7 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
     xn_flat = new_model.flat_records()
     yn_flat = new_aux.flat_records() if new_aux is not None else {}
     writes, copied_to, reads = run.writes, run.copied_to, run.reads
+    floats = run.floats
     consumed = {}           # input key -> output key that uses it as a copy (explicit or implicit)
     written_outputs = []    # (coords, value)
     for side, flat in ((MODEL, xn_flat), (AUX, yn_flat)):
@@ -184,7 +186,11 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
             write = writes.get(key)
             if write is not None:
                 group = CoordinateGroup(_OUT[side], address, free_part(rec.dist, rec.value))
-                written_outputs.append((group.expand(), free_part(rec.dist, write.value)))
+                value = free_part(rec.dist, write.value)
+                if floats:
+                    tangent = write.tangent[:-1] if rec.dist.simplex else write.tangent
+                    value = (tangent, value)
+                written_outputs.append((group.expand(), value))
                 continue
             copy = copied_to.get(key)
             src = (copy.src_side, copy.src_address) if copy is not None else key
@@ -236,8 +242,8 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
             f"Inputs read: {ins}. Outputs written: {outs}. Add auxiliary choices on the smaller "
             f"side (e.g. sample them in the auxiliary program) or write the missing outputs."
         )
-    (rows, cols, matrix, blocks, logdet), pass_through, graph = reduced_jacobian(written_outputs,
-                                                                                 remaining_inputs)
+    (rows, cols, matrix, blocks, logdet), pass_through, graph = reduced_jacobian(
+        written_outputs, remaining_inputs, floats)
     # dense() differentiates with respect to every continuous read, including reads of
     # copied coordinates (their columns are not unit columns when a written value uses them).
     graph = (graph[0], [l for _, l in read_inputs], graph[2], [c for cs, _ in read_inputs for c in cs])
@@ -271,17 +277,20 @@ def _coordinate_groups(flats, consumed, copied_to):
     return inputs, outputs, eliminated
 
 
-def apply_transform(f, model_trace, aux_trace=None, q=None, q_args=(), check_dimension=True):
+def apply_transform(f, model_trace, aux_trace=None, q=None, q_args=(), check_dimension=True,
+                    autodiff=None):
     """Apply transform ``f`` to ``(model_trace, aux_trace)``; return an :class:`Application`.
 
     ``q`` (the auxiliary program, called as ``q(trace, *q_args)``) is needed to
     score the new auxiliary choices; without it the new auxiliary trace must be empty.
+    ``autodiff`` overrides ``f.autodiff`` for this application (``"torch"`` or ``"auto"``).
     Raises :class:`~imcmc_lab.errors.TransformError` subclasses for broken rules;
     records support failures in ``Application.problem``.
     """
     aux_trace = EMPTY_AUX if aux_trace is None else aux_trace
     app = Application()
-    run = app.run = run_transform(f, model_trace, aux_trace if aux_trace is not EMPTY_AUX else None)
+    run = app.run = run_transform(f, model_trace, aux_trace if aux_trace is not EMPTY_AUX else None,
+                                  autodiff=autodiff)
     result = _model_update(run, model_trace)
     app.new_model, app.model_log_ratio = result.trace, result.weight
     app.discard = result.discard

@@ -8,7 +8,10 @@ Three checks on a pair of traces ``(x, y)`` with ``(x', y') = f(x, y)``:
   addresses missing after, added after, and the values that differ.
 
 :func:`check_involution` runs them on randomized cases drawn from ``p`` and
-``q``; :func:`check_move` runs them on one move (``involutive_mcmc(check=True)``).
+``q``; :func:`involution_problem` runs the involution check on one move
+(``involutive_mcmc(check=True)``).
+:func:`check_involution` also checks the engine itself: where the Jacobian came
+from the float path (:mod:`.dual`), torch autograd must give the same one.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from ..errors import ImcmcError, InvolutionCheckError
 from .apply import _IN, EMPTY_AUX, apply_transform
 
 __all__ = ["check_involution", "compare_choices", "ChoiceDifference", "InvolutionReport", "involution_problem",
-           "round_trip"]
+           "round_trip", "autodiff_disagreement"]
 
 
 class ChoiceDifference:
@@ -77,6 +80,27 @@ def involution_problem(f, app, model_trace, aux_trace, q, q_args, rtol, atol, un
         return None
     parts = [p for p in (model_diff.describe("model"), aux_diff.describe("auxiliary")) if p]
     return "involution: f(f(x, y)) != (x, y):\n" + "\n".join(parts)
+
+
+def autodiff_disagreement(f, app, model_trace, aux_trace, q, q_args, rtol=1e-8):
+    """The engine's own check of its float path (:mod:`.dual`): the same application with
+    torch autograd must give the same ``log |det J|`` and the same new values. Returns a
+    description of the difference, or None."""
+    ref = apply_transform(f, model_trace, aux_trace, q, q_args, check_dimension=False, autodiff="torch")
+    a, b = app.logabsdet, ref.logabsdet
+    lines = []
+    if not (a == b or abs(a - b) <= rtol * max(1.0, abs(b))):
+        lines.append(f"  log |det J|: float path {a!r}, torch autograd {b!r}")
+    diff = compare_choices(ref.new_model.get_choices(), app.new_model.get_choices(), 1e-12, 1e-300)
+    lines += [f"  model_out[{format_address(k)}]: float path {format_value(after, 17)}, torch autograd "
+              f"{format_value(before, 17)}" for k, before, after in diff.differ]
+    lines += [f"  model_out[{format_address(k)}]: written on one path only" for k in diff.missing + diff.added]
+    if not lines:
+        return None
+    return ("imcmc-lab's float-path derivatives and torch autograd disagree on this move:\n"
+            + "\n".join(lines) + "\nThis is a bug in imcmc-lab unless the transform treats its values "
+            f"differently by type (e.g. isinstance(x, torch.Tensor)). Set {f.name}.autodiff = \"torch\" "
+            f"to use autograd only, and please report it.")
 
 
 class InvolutionReport:
@@ -139,6 +163,8 @@ def check_involution(p, p_args, q, f, trials: int = 100, q_args=(), observations
             # (the second application can raise too: say which trial it was)
             problem = app.problem or involution_problem(f, app, x, y, q, q_args, rtol, atol,
                                                         undo=getattr(f, "inverse", None))
+            if problem is None and app.run.floats:
+                problem = autodiff_disagreement(f, app, x, y, q, q_args)
         except ImcmcError as exc:
             exc.args = (f"check_involution trial {trial}: {exc.args[0]}",) + exc.args[1:]
             raise

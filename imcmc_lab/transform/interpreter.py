@@ -3,9 +3,14 @@
 :func:`run_transform` executes a transform on a model trace and an auxiliary
 trace, enforcing the language's rules (read inputs only, write outputs only,
 once each; labels match the choice's distribution; addresses exist), and
-returns a :class:`TransformRun`: what was read (continuous reads as autograd
-leaves), written and copied. The new traces and the Jacobian are derived from
+returns a :class:`TransformRun`: what was read (continuous reads as tracked
+values), written and copied. The new traces and the Jacobian are derived from
 it in :mod:`.apply`.
+
+Continuous reads are tracked on the float path first (:mod:`.dual`: Python
+floats carrying forward-mode derivatives, several times faster for the scalar
+formulas of most transforms); a transform that does something that path does
+not model runs again on torch autograd leaves.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import torch
 from ..core.address import did_you_mean, format_address
 from ..core.values import as_real
 from ..errors import AddressError, LabelError, TransformError
+from .dual import MAX_VECTOR, Dual, DualVector, NeedsTorch
 from .language import AddressRef, TraceHandle, Transform, continuous, discrete
 
 __all__ = ["run_transform", "TransformRun", "Write", "Copy", "Read"]
@@ -33,10 +39,12 @@ def _where(line) -> str:
 class Read:
     """A read of an input address.
 
-    For continuous reads ``leaf`` is the autograd leaf (the Jacobian's input
-    coordinates) and ``tracked`` the value the transform sees, a function of the
-    leaf: the leaf itself, or for a simplex-valued choice the free weights ``w[:-1]``
-    completed with ``1 - sum`` of them.
+    For continuous reads ``leaf`` stands for the Jacobian's input coordinates and
+    ``tracked`` is the value the transform sees, a function of the leaf: the leaf
+    itself, or for a simplex-valued choice the free weights ``w[:-1]`` completed
+    with ``1 - sum`` of them. On the float path (:mod:`.dual`) ``leaf`` is the list
+    of coordinate ids and ``tracked`` a :class:`~.dual.Dual` or
+    :class:`~.dual.DualVector`; on the torch path ``leaf`` is an autograd leaf.
     """
 
     __slots__ = ("side", "address", "label", "value", "leaf", "tracked", "line")
@@ -48,12 +56,14 @@ class Read:
 
 
 class Write:
-    """A write of ``value`` at an output address."""
+    """A write of ``value`` at an output address. On the float path a continuous
+    write also keeps ``tangent``: one derivative dict per coordinate of the value."""
 
-    __slots__ = ("side", "address", "label", "value", "line")
+    __slots__ = ("side", "address", "label", "value", "line", "tangent")
 
-    def __init__(self, side, address, label, value, line):
+    def __init__(self, side, address, label, value, line, tangent=None):
         self.side, self.address, self.label, self.value, self.line = side, address, label, value, line
+        self.tangent = tangent
 
 
 class Copy:
@@ -70,8 +80,9 @@ class Copy:
 class TransformRun:
     """Everything one execution of a transform did."""
 
-    def __init__(self, transform, model_in, aux_in):
+    def __init__(self, transform, model_in, aux_in, floats=False):
         self.transform = transform
+        self.floats = floats  # derivatives on the float path (.dual) rather than torch autograd
         self.model_in, self.aux_in = model_in, aux_in
         self.reads = {}      # (side, address) -> Read
         self.writes = {}     # (side, address) -> Write
@@ -103,6 +114,7 @@ class _Interpreter:
     def __init__(self, run: TransformRun):
         self.run = run
         self.traces = {MODEL: run.model_in, AUX: run.aux_in}
+        self.n_coordinates = 0    # float path: ids handed out to input coordinates
 
     def handles(self, one_trace_names=None):
         if one_trace_names:
@@ -140,7 +152,7 @@ class _Interpreter:
                     f"{seen.label} before ({_where(seen.line)})."
                 )
             return seen.tracked if seen.leaf is not None else seen.value
-        record = trace.choice_record(ref.address) if ref.address else None
+        record = trace.flat_records().get(ref.address) if ref.address else None   # cached; _account needs it too
         if record is None:
             if ref.address == () or ref.address in trace:
                 # A sub-call's return value or a namespace: discrete information only.
@@ -170,13 +182,37 @@ class _Interpreter:
             value = record.value
             self.run.reads[key] = Read(ref.handle.side, ref.address, label, value, None, line)
             return value
-        if record.dist.simplex:
+        if self.run.floats:
+            leaf, tracked = self._float_read(record)
+        elif record.dist.simplex:
             leaf = record.value[..., :-1].detach().clone().requires_grad_(True)
             tracked = torch.cat([leaf, 1 - leaf.sum(-1, keepdim=True)], dim=-1)
         else:
             leaf = tracked = record.value.detach().clone().requires_grad_(True)
         self.run.reads[key] = Read(ref.handle.side, ref.address, label, record.value, leaf, line, tracked)
         return tracked
+
+    def _float_read(self, record):
+        """``(coordinate ids, Dual or DualVector)`` for a continuous read on the float path."""
+        value = record.value
+        first = self.n_coordinates
+        if value.ndim == 0:
+            self.n_coordinates += 1
+            return [first], Dual(float(value), {first: 1.0})
+        if value.ndim != 1 or value.numel() > MAX_VECTOR:
+            raise NeedsTorch
+        values = value.tolist()
+        if record.dist.simplex:
+            # as on the torch path: the free weights, and 1 - their sum
+            values[-1] = 1.0 - sum(values[:-1])
+            ids = list(range(first, first + len(values) - 1))
+            items = [Dual(v, {i: 1.0}) for v, i in zip(values, ids)]
+            items.append(Dual(values[-1], dict.fromkeys(ids, -1.0)))
+        else:
+            ids = list(range(first, first + len(values)))
+            items = [Dual(v, {i: 1.0}) for v, i in zip(values, ids)]
+        self.n_coordinates += len(ids)
+        return ids, DualVector(items)
 
     def exists(self, ref: AddressRef, line) -> bool:
         trace = self._input(ref, "exists on", line)
@@ -204,20 +240,23 @@ class _Interpreter:
 
     def write(self, ref: AddressRef, value, label, line):
         key = self._output(ref, "write to", line)
-        if label is continuous:
+        tangent = None
+        if self.run.floats:
+            value, tangent = _float_write(value, label)
+        elif label is continuous:
             if not isinstance(value, torch.Tensor):
                 value = as_real(value)
             elif value.dtype != torch.float64:
                 value = value.to(torch.float64)
         elif isinstance(value, torch.Tensor) and value.ndim == 0:
             value = value.item()
-        self.run.writes[key] = Write(key[0], key[1], label, value, line)
+        self.run.writes[key] = Write(key[0], key[1], label, value, line, tangent)
 
     # -- copy ------------------------------------------------------------
     def copy(self, src: AddressRef, dst: AddressRef, line):
         trace = self._input(src, "copy from", line)
         self._output(dst, "copy to", line)
-        record = trace.choice_record(src.address) if src.address else None
+        record = trace.flat_records().get(src.address) if src.address else None
         if record is not None:
             leaves = [((), record)]
         else:
@@ -244,13 +283,55 @@ class _Interpreter:
             self.run.copied_to[dkey] = c
 
 
-def run_transform(f: Transform, model_trace, aux_trace, args=()) -> TransformRun:
-    """Execute transform ``f`` on ``(model_trace, aux_trace)``; see :class:`TransformRun`."""
+def _float_write(value, label):
+    """``(value, tangent)`` of a write on the float path, as the torch path would store it."""
+    t = type(value)
+    if label is not continuous:
+        if t is Dual:
+            return value.v, None          # like tensor.item()
+        if t is DualVector:
+            raise NeedsTorch
+        if isinstance(value, torch.Tensor) and value.ndim == 0:
+            return value.item(), None
+        return value, None
+    if t is Dual:
+        return torch.scalar_tensor(value.v, dtype=torch.float64), [value.d]
+    if t is DualVector:
+        return torch.tensor(value.tolist(), dtype=torch.float64), [x.d for x in value.items]
+    if isinstance(value, torch.Tensor):
+        if value.requires_grad:
+            raise NeedsTorch
+        value = value if value.dtype == torch.float64 else value.to(torch.float64)
+        return value, [{}] * value.numel()
+    if isinstance(value, (list, tuple)):
+        raise NeedsTorch          # lists (of Duals or tensors): the torch path's conversion rules
+    value = as_real(value)        # a Python number: a constant
+    return value, [{}] * value.numel()
+
+
+def run_transform(f: Transform, model_trace, aux_trace, args=(), autodiff=None) -> TransformRun:
+    """Execute transform ``f`` on ``(model_trace, aux_trace)``; see :class:`TransformRun`.
+
+    The float path (:mod:`.dual`) is tried first unless ``autodiff`` (default
+    ``f.autodiff``) is ``"torch"``; where the transform does something it does
+    not model, the transform is run again on torch autograd tensors, which also
+    raises any error of the transform's own in the usual way."""
     if not isinstance(f, Transform):
         raise TransformError(f"expected a transform made with @il.transform, got {f!r}")
+    names = ("t_in", "t_out") if f.one_trace else None
+    reason = None
+    if (autodiff or f.autodiff) == "auto":
+        run = TransformRun(f, model_trace, aux_trace, floats=True)
+        try:
+            run.retval = f.run_on(_Interpreter(run).handles(names), *args)
+            return run
+        except (NeedsTorch, Exception) as exc:
+            reason = f"{type(exc).__name__}: {exc}"[:200]
     run = TransformRun(f, model_trace, aux_trace)
     interp = _Interpreter(run)
-    names = ("t_in", "t_out") if f.one_trace else None
     with torch.enable_grad():
         run.retval = f.run_on(interp.handles(names), *args)
+    if reason is not None:     # (counted only when autograd succeeds: not a user error)
+        f.torch_fallbacks += 1
+        f.last_fallback = reason
     return run

@@ -7,11 +7,13 @@ determinant along it removes that row and that column. So
 * explicit copies (``copy``) and implicit copies (model addresses the transform
   leaves alone) are eliminated without any autodiff;
 * single coordinates of a vector choice that pass through unchanged (the
-  untouched entries of a mixture's weight vector) are found by value, verified
-  with one vector-Jacobian product, and eliminated;
-* the rest is computed with one batched autodiff pass and split into
-  independent blocks (connected components of the read -> write dependency
-  graph), each with its own determinant.
+  untouched entries of a mixture's weight vector) are eliminated: on the float
+  path (:mod:`.dual`) their derivative is exactly a unit row; on the torch path
+  they are found by value and verified with one vector-Jacobian product;
+* the rest is read off the float path's forward-mode derivatives (or computed
+  with one batched autograd pass) and split into independent blocks (connected
+  components of the read -> write dependency graph), each with its own
+  determinant.
 """
 
 from __future__ import annotations
@@ -79,12 +81,20 @@ class CoordinateGroup(tuple):
 
 
 class Block:
-    """An independent square block of the reduced Jacobian."""
+    """An independent square block of the reduced Jacobian. ``matrix`` may be given as
+    nested lists of floats (the float path); it becomes a tensor when first read."""
 
-    __slots__ = ("rows", "cols", "matrix", "logabsdet")
+    __slots__ = ("rows", "cols", "_matrix", "logabsdet")
 
     def __init__(self, rows, cols, matrix, logabsdet):
-        self.rows, self.cols, self.matrix, self.logabsdet = rows, cols, matrix, logabsdet
+        self.rows, self.cols, self._matrix, self.logabsdet = rows, cols, matrix, logabsdet
+
+    @property
+    def matrix(self):
+        if not isinstance(self._matrix, torch.Tensor):
+            self._matrix = torch.tensor(self._matrix, dtype=torch.float64).reshape(
+                len(self.rows), len(self.cols))
+        return self._matrix
 
     @property
     def size(self):
@@ -112,7 +122,7 @@ class JacobianRecord:
     def __init__(self, groups, pass_through, rows, cols, reduced, blocks, logabsdet, graph=None):
         self._groups_fn, self._groups = groups, None
         self._pass_through = pass_through
-        self.rows, self.cols, self.reduced = rows, cols, reduced
+        self.rows, self.cols, self._reduced = rows, cols, reduced
         self.blocks, self.logabsdet = blocks, logabsdet
         self._graph = graph
         self._dense = None
@@ -154,8 +164,17 @@ class JacobianRecord:
         return self._expand()[2]
 
     @property
+    def reduced(self) -> torch.Tensor:
+        """The reduced matrix (rows ``rows``, columns ``cols``); the float path gives it as
+        nested lists, made a tensor on first access."""
+        if not isinstance(self._reduced, torch.Tensor):
+            self._reduced = torch.tensor(self._reduced, dtype=torch.float64).reshape(
+                len(self.rows), len(self.cols))
+        return self._reduced
+
+    @property
     def reduced_size(self):
-        return tuple(self.reduced.shape)
+        return (len(self.rows), len(self.cols))
 
     @property
     def full_size(self):
@@ -226,33 +245,48 @@ def _batched_rows(out_cat, leaves, row_ids, extra=None):
 def _components(matrix):
     """Connected components of the bipartite nonzero pattern: list of (rows, cols)."""
     m, n = matrix.shape
+    return _components_of(m, n, torch.nonzero(matrix).tolist())
+
+
+def _components_of(m, n, nonzeros):
+    """Connected components of an ``m x n`` pattern given its nonzero ``(row, col)`` pairs,
+    as ``(rows, cols)`` lists in order of their first row (then column)."""
     parent = list(range(m + n))
-
-    def find(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for i, j in torch.nonzero(matrix).tolist():
-        a, b = find(i), find(m + j)
+    for i, j in nonzeros:
+        a, b = i, m + j
+        while parent[a] != a:
+            parent[a] = a = parent[parent[a]]
+        while parent[b] != b:
+            parent[b] = b = parent[parent[b]]
         if a != b:
             parent[a] = b
     groups = {}
     for i in range(m + n):
-        groups.setdefault(find(i), ([], []))
-        (groups[find(i)][0] if i < m else groups[find(i)][1]).append(i if i < m else i - m)
-    return [g for g in groups.values() if g[0] or g[1]]
+        r = i
+        while parent[r] != r:
+            r = parent[r]
+        group = groups.get(r)
+        if group is None:
+            group = groups[r] = ([], [])
+        if i < m:
+            group[0].append(i)
+        else:
+            group[1].append(i - m)
+    return list(groups.values())
 
 
-def reduced_jacobian(outputs, inputs):
+def reduced_jacobian(outputs, inputs, floats=False):
     """Compute the reduced Jacobian and its log-determinant.
 
     ``outputs``: list of ``(Coordinate-list, value tensor)`` for written continuous outputs;
     ``inputs``: list of ``(Coordinate-list, autograd leaf)`` for remaining inputs
     (copies already removed), with as many coordinates as the outputs (the caller
     reports a dimension mismatch). Returns ``(reduced, pass_through, graph)``.
+    With ``floats`` (the float path of :mod:`.dual`), each output value is
+    ``(tangents, value tensor)`` and each input leaf a list of coordinate ids.
     """
+    if floats:
+        return _reduced_jacobian_floats(outputs, inputs)
     out_coords = [c for cs, _ in outputs for c in cs]
     in_coords = [c for cs, _ in inputs for c in cs]
     values = [v for _, v in outputs]
@@ -285,6 +319,124 @@ def reduced_jacobian(outputs, inputs):
     record_cols = [in_coords[j] for j in cols]
     graph = (out_cat, leaves, out_coords, in_coords)
     return (record_rows, record_cols, reduced.detach(), blocks, total), pass_through, graph
+
+
+def _reduced_jacobian_floats(outputs, inputs):
+    """:func:`reduced_jacobian` from forward-mode derivative dicts: the rows are read off
+    the tangents, and a pass-through coordinate is one whose tangent is exactly the
+    unit row of a coordinate of the same vector input. (The torch path finds
+    candidates by equal value and then verifies the unit row; here the derivative
+    itself is exact, and the unit row is what removing the row and column needs.)"""
+    out_coords = [c for cs, _ in outputs for c in cs]
+    in_coords = [c for cs, _ in inputs for c in cs]
+    tangents = [d for _, (ts, _v) in outputs for d in ts]
+    col_of = {}
+    for _cs, ids in inputs:
+        for i in ids:
+            col_of[i] = len(col_of)
+    pass_rows, pass_cols = _float_pass_through(outputs, inputs, col_of)
+    rows = [r for r in range(len(out_coords)) if r not in pass_rows]
+    cols = [j for j in range(len(in_coords)) if j not in pass_cols]
+    position = {j: q for q, j in enumerate(cols)}
+    by_id = {i: position[j] for i, j in col_of.items() if j in position}   # input id -> column
+    dense, nonzeros = [], []
+    for p, r in enumerate(rows):
+        row = [0.0] * len(cols)
+        for i, g in tangents[r].items():
+            q = by_id.get(i)
+            if q is not None and g != 0.0:
+                row[q] = g
+                nonzeros.append((p, q))
+        dense.append(row)
+    blocks, total = [], 0.0
+    for brows, bcols in _components_of(len(rows), len(cols), nonzeros):
+        sub = dense if len(brows) == len(rows) and len(bcols) == len(cols) \
+            else [[dense[i][j] for j in bcols] for i in brows]
+        logdet = _logabsdet(sub) if len(brows) == len(bcols) else -math.inf
+        blocks.append(Block([out_coords[rows[i]] for i in brows], [in_coords[cols[j]] for j in bcols],
+                            sub, logdet))
+        total += logdet
+    pass_through = [(in_coords[c], out_coords[r], "pass-through") for r, c in pass_rows.items()]
+    graph = (_TangentRows(tangents), [ids for _, ids in inputs], out_coords, in_coords)
+    return ([out_coords[i] for i in rows], [in_coords[j] for j in cols], dense, blocks, total), \
+        pass_through, graph
+
+
+def _float_pass_through(outputs, inputs, col_of):
+    """``({row: col}, cols)`` of pass-through coordinates on the float path."""
+    owner = {}                        # input id -> (side, address, value) of a vector input
+    for cs, ids in inputs:
+        if cs and cs[0].index is not None:
+            key = (cs[0].trace.split("_")[0], cs[0].address)
+            for i in ids:
+                owner[i] = key
+    pass_rows, pass_cols = {}, set()
+    row = 0
+    for cs, (tangents, _value) in outputs:
+        if owner and cs and cs[0].index is not None:
+            key = (cs[0].trace.split("_")[0], cs[0].address)
+            for k, d in enumerate(tangents):
+                if len(d) == 1:
+                    (i, g), = d.items()
+                    col = col_of.get(i)
+                    if g == 1.0 and owner.get(i) == key and col not in pass_cols:
+                        pass_rows[row + k] = col
+                        pass_cols.add(col)
+        row += len(cs)
+    return pass_rows, pass_cols
+
+
+def _logabsdet(matrix):
+    """``log |det|`` of a small square matrix (lists of floats) by Gaussian elimination with
+    partial pivoting, as LAPACK's LU does; torch above a few dozen rows."""
+    n = len(matrix)
+    if n > 16:
+        sign, logdet = torch.linalg.slogdet(torch.tensor(matrix, dtype=torch.float64))
+        return -math.inf if float(sign) == 0 else float(logdet)
+    a = [list(row) for row in matrix]
+    total = 0.0
+    for k in range(n):
+        p, best = k, abs(a[k][k])
+        for i in range(k + 1, n):
+            if abs(a[i][k]) > best:
+                p, best = i, abs(a[i][k])
+        pivot = a[p][k]
+        if pivot == 0.0:
+            return -math.inf
+        if p != k:
+            a[k], a[p] = a[p], a[k]
+        total += math.log(abs(pivot))
+        row_k = a[k]
+        for i in range(k + 1, n):
+            factor = a[i][k] / pivot
+            if factor != 0.0:
+                row_i = a[i]
+                for j in range(k + 1, n):
+                    row_i[j] -= factor * row_k[j]
+    return total
+
+
+class _TangentRows:
+    """The float path's stand-in for an autograd graph: rows of the Jacobian of every
+    written coordinate, with respect to any list of input coordinate-id lists."""
+
+    __slots__ = ("tangents",)
+
+    def __init__(self, tangents):
+        self.tangents = tangents
+
+    def rows(self, leaves):
+        col = {}
+        for ids in leaves:
+            for i in ids:
+                col[i] = len(col)
+        out = torch.zeros((len(self.tangents), len(col)), dtype=torch.float64)
+        for r, d in enumerate(self.tangents):
+            for i, g in d.items():
+                j = col.get(i)
+                if j is not None:
+                    out[r, j] = g
+        return out
 
 
 def _remaining(n, removed):
@@ -358,9 +510,12 @@ def _dense_jacobian(record: JacobianRecord) -> torch.Tensor:
         if cin in in_index and cout in out_index:
             dense[out_index[cout], in_index[cin]] = 1.0
     if record._graph is not None:
-        out_cat, leaves, out_coords, in_coords = record._graph
+        source, leaves, out_coords, in_coords = record._graph
         if out_coords and leaves:
-            full = _batched_rows(out_cat, leaves, list(range(len(out_coords))))
+            if isinstance(source, _TangentRows):
+                full = source.rows(leaves)
+            else:
+                full = _batched_rows(source, leaves, list(range(len(out_coords))))
             for i, co in enumerate(out_coords):
                 for j, ci in enumerate(in_coords):
                     if full[i, j] != 0 and co in out_index and ci in in_index:

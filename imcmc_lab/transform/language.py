@@ -11,8 +11,9 @@ A transform is a Python function over four traces::
 It may only *read* from the input traces and only *write* to the output
 traces. ``model_in["k"]`` is an :class:`AddressRef` (a trace and an address),
 not a value: the interpreter (see :mod:`.interpreter`) answers each statement,
-records what was read, written and copied, and tracks continuous reads with
-autograd so the Jacobian can be derived.
+records what was read, written and copied, and tracks continuous reads (as
+forward-mode dual numbers, or torch autograd tensors) so the Jacobian can be
+derived.
 
 The one-trace form ``def f(t_in, t_out)`` is for deterministic transforms of a
 model trace alone.
@@ -108,10 +109,15 @@ def _caller_line():
     return (frame.f_code.co_filename, frame.f_lineno)
 
 
+# read and write run once per statement of every move: the checks are inlined as type tests
 def read(ref, label):
-    """The value at an input address; a tracked tensor if ``label`` is ``continuous``."""
-    ref = _check_ref(ref, "read")
-    return ref.handle.interp.read(ref, _as_label(label), _caller_line())
+    """The value at an input address; a tracked value if ``label`` is ``continuous``."""
+    if type(ref) is not AddressRef:
+        _check_ref(ref, "read")
+    if type(label) is not Label:
+        label = _as_label(label)
+    frame = sys._getframe(1)
+    return ref.handle.interp.read(ref, label, (frame.f_code.co_filename, frame.f_lineno))
 
 
 def exists(ref) -> bool:
@@ -122,8 +128,12 @@ def exists(ref) -> bool:
 
 def write(ref, value, label):
     """Set an output address to ``value``."""
-    ref = _check_ref(ref, "write")
-    return ref.handle.interp.write(ref, value, _as_label(label), _caller_line())
+    if type(ref) is not AddressRef:
+        _check_ref(ref, "write")
+    if type(label) is not Label:
+        label = _as_label(label)
+    frame = sys._getframe(1)
+    return ref.handle.interp.write(ref, value, label, (frame.f_code.co_filename, frame.f_lineno))
 
 
 def copy(source, destination):
@@ -155,14 +165,26 @@ class Transform:
 
     ``one_trace`` transforms have the signature ``(t_in, t_out, *args)``.
     ``inverse`` is set by :func:`pair_bijections`.
+
+    ``autodiff`` chooses how the Jacobian's derivatives are taken: ``"auto"``
+    (default) runs the transform on floats with forward-mode derivatives
+    (:mod:`.dual`) and re-runs it on torch autograd tensors when it uses
+    something that path does not model; ``"torch"`` always uses autograd.
+    ``torch_fallbacks`` counts those re-runs and ``last_fallback`` says why the
+    last one happened.
     """
 
-    def __init__(self, fn, one_trace=False, name=None):
+    def __init__(self, fn, one_trace=False, name=None, autodiff="auto"):
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "transform")
         self.one_trace = one_trace
         self.inverse = None
         self.__doc__ = fn.__doc__
+        if autodiff not in ("auto", "torch"):
+            raise TransformError(f'autodiff is "auto" or "torch", got {autodiff!r}')
+        self.autodiff = autodiff
+        self.torch_fallbacks = 0
+        self.last_fallback = None
 
     def run_on(self, handles, *args):
         model_in, aux_in, model_out, aux_out = handles
@@ -186,14 +208,15 @@ class Transform:
         return f"<transform {self.name} {form}>"
 
 
-def transform(fn=None, *, one_trace=None, name=None):
+def transform(fn=None, *, one_trace=None, name=None, autodiff="auto"):
     """Decorator: make a trace transform from a Python function.
 
     The four-trace form is ``def f(model_in, aux_in, model_out, aux_out, *args)``;
     a function with exactly two parameters is the one-trace form
     ``def f(t_in, t_out)`` (or say ``@transform(one_trace=True)``). ``name``
     (default: the function's) is what messages and records call it, useful when
-    a factory makes several transforms from one ``def``.
+    a factory makes several transforms from one ``def``. ``autodiff``: see
+    :class:`Transform`.
     """
 
     def wrap(fn):
@@ -202,7 +225,7 @@ def transform(fn=None, *, one_trace=None, name=None):
             params = [p for p in inspect.signature(fn).parameters.values()
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
             form = len(params) == 2
-        return Transform(fn, one_trace=form, name=name)
+        return Transform(fn, one_trace=form, name=name, autodiff=autodiff)
 
     return wrap(fn) if fn is not None else wrap
 
