@@ -10,6 +10,11 @@ invertible map and leaves the other M - 6 alone. Two ways to leave them alone:
   Finding them is O(M) (a match by value, then one vector-Jacobian product to
   verify), so this column grows linearly -- never cubically.
 
+The scalar transform runs on the float path (forward-mode derivatives on Python
+floats, ``imcmc_lab/transform/dual.py``) at every M. The vector transform does
+too at M = 10; a read longer than ``dual.MAX_VECTOR`` (64) runs on autograd
+tensors, so its column from M = 100 on is the torch path's.
+
 For each M the script times, in the same run:
 
 * ``engine det``: the engine's determinant stage (``reduced_jacobian``, as
@@ -173,7 +178,8 @@ def main():
     first, last = rows[0], rows[-1]
     print(f"engine det, M={last[0]} vs M={first[0]}: scalars x{last[1] / first[1]:.2f}, "
           f"vector x{last[2] / first[2]:.2f}; dense x{last[5] / first[5]:.0f}")
-    print("(vector: the M - 6 pass-through coordinates are found in O(M); the matrix is 6 x 6.)")
+    print("(vector: the M - 6 pass-through coordinates are found in O(M); the matrix is 6 x 6. "
+          "M = 10 runs on the float path, longer vectors on autograd.)")
     print(f"log|det| agrees (engine scalars, engine vector, dense) to 1e-8 for every M. "
           f"Total {time.perf_counter() - start:.1f} s.")
     return 0

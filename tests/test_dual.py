@@ -533,9 +533,6 @@ UNSUPPORTED = {
     "torch.where": lambda: torch.where(torch.tensor(True), _x(1.0), _x(2.0, 1)),
     "torch.clamp": lambda: torch.clamp(_x(1.0), min=0.0),
     "torch.softmax": lambda: torch.softmax(_vec(), 0),
-    "torch.matmul": lambda: torch.matmul(_vec(), _vec()),
-    "tensor @ vector": lambda: torch.tensor([1.0, 2.0], dtype=F64) @ _vec(),
-    "vector @ tensor": lambda: _vec() @ torch.tensor([1.0, 2.0], dtype=F64),
     "torch.zeros_like": lambda: torch.zeros_like(_x(1.0)),
     "kwargs to torch.add": lambda: torch.add(_x(1.0), _x(2.0, 1), alpha=2.0),
     "exp with out=": lambda: torch.exp(_x(1.0), out=torch.empty((), dtype=F64)),
@@ -572,6 +569,14 @@ UNSUPPORTED = {
     "Dual.size(0)": lambda: _x(1.0).size(0),
     "Dual.unsqueeze(1)": lambda: _x(1.0).unsqueeze(1),
     "vector + vector of another length": lambda: _vec() + DualVector([_x(1.0), _x(2.0), _x(3.0)]),
+    "Dual @ vector": lambda: torch.matmul(_x(1.0), _vec()),
+    "vector @ vector of another length": lambda: _vec() @ DualVector([_x(1.0), _x(2.0), _x(3.0)]),
+    "matrix @ vector of another length": lambda: torch.ones(2, 3, dtype=F64) @ _vec(),
+    "float32 matrix @ vector": lambda: torch.ones(2, 2) @ _vec(),
+    "grad matrix @ vector": lambda: torch.ones(2, 2, dtype=F64, requires_grad=True) @ _vec(),
+    "huge matrix @ vector": lambda: torch.ones(dual.MAX_MATRIX, 2, dtype=F64) @ _vec(),
+    "3-d tensor @ vector": lambda: torch.ones(2, 2, 2, dtype=F64) @ _vec(),
+    "matmul with out=": lambda: torch.matmul(_vec(), _vec(), out=torch.empty((), dtype=F64)),
 }
 
 
@@ -582,16 +587,39 @@ def test_unsupported_operations_raise_needs_torch(name):
         UNSUPPORTED[name]()
 
 
-@pytest.mark.parametrize("name", ["vector @ vector", "Dual.clamp", "Dual // 2", "Dual.pow method",
+@pytest.mark.parametrize("name", ["Dual @ Dual", "Dual.clamp", "Dual // 2", "Dual.pow method",
                                   "Dual.negative method", "round(Dual)"])
 def test_unmodeled_operators_and_methods_raise_needs_torch(name):
     """Operators and tensor methods the float path lacks raise NeedsTorch, like unknown torch functions."""
     x = _x(1.5)
-    calls = {"vector @ vector": lambda: _vec() @ _vec(), "Dual.clamp": lambda: x.clamp(min=0.0),
+    calls = {"Dual @ Dual": lambda: x @ x, "Dual.clamp": lambda: x.clamp(min=0.0),
              "Dual // 2": lambda: x // 2, "Dual.pow method": lambda: x.pow(2),
              "Dual.negative method": lambda: x.negative(), "round(Dual)": lambda: round(x)}
     with pytest.raises(NeedsTorch):
         calls[name]()
+
+
+MATRIX = torch.tensor([[1.5, -2.0, 0.25], [0.0, 3.0, -1.0]], dtype=F64)
+
+MATMUL_PROGRAMS = {
+    "matrix @ vector": lambda v: MATRIX @ v,
+    "vector @ matrix": lambda v: v[:2] @ MATRIX,
+    "vector @ vector": lambda v: v @ torch.exp(v),
+    "constant vector @ vector": lambda v: torch.tensor([2.0, -1.0, 0.5], dtype=F64) @ v,
+    "torch.matmul(matrix, vector)": lambda v: torch.matmul(MATRIX, v),
+    "torch.mv": lambda v: torch.mv(MATRIX, torch.exp(v)),
+    "torch.dot": lambda v: torch.dot(v, v * 2.0),
+    "matrix.T @ vector": lambda v: MATRIX.T @ v[1:],
+    "a linear map and a nonlinearity (jacobian_sparsity.py's h)":
+        lambda v: MATRIX @ v + 0.2 * torch.tanh(v[:2]),
+}
+
+
+@pytest.mark.parametrize("name", list(MATMUL_PROGRAMS))
+def test_matmul_with_a_vector_matches_autograd(name):
+    """``@``, ``torch.matmul``, ``torch.mv`` and ``torch.dot`` with a vector of Duals and a
+    constant float64 vector or matrix: values and Jacobian as autograd's."""
+    assert_same_as_torch(MATMUL_PROGRAMS[name], [[0.7, -1.2, 2.5]], name)
 
 
 def test_tuple_index_is_not_a_list_index():

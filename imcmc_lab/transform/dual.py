@@ -10,7 +10,7 @@ of that, and the Jacobian's rows are the written values' derivative dicts.
 A :class:`Dual` behaves like a 0-d float64 tensor under Python arithmetic and
 the torch functions in ``_FUNCTIONS``; a :class:`DualVector` like a short 1-d
 tensor (indexing, slicing, ``torch.cat``/``torch.stack``, elementwise functions
-and arithmetic, ``sum``). Anything else raises :class:`NeedsTorch`, and the
+and arithmetic, ``sum``, ``@`` with a vector or a constant float64 matrix). Anything else raises :class:`NeedsTorch`, and the
 interpreter re-runs the transform on autograd tensors: an operation this module
 does not know costs time, never a wrong derivative. Domain and overflow errors
 (``log(0)``, ``sqrt`` of a negative number, ``exp(1000)``, division by zero)
@@ -454,6 +454,12 @@ class DualVector(_TensorLike):
     def __pow__(self, o): return self._map2(o, _s_pow)
     def __rpow__(self, o): return self._map2(o, _s_pow, True)
 
+    def __matmul__(self, other):
+        return _matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return _matmul(other, self)
+
     def __neg__(self):
         return DualVector([-x for x in self._items])
 
@@ -696,6 +702,54 @@ def _sum_fn(x, dim=None, keepdim=False, **kwargs):
     return _as_dual(x)
 
 
+#: A constant matrix in ``A @ v`` has at most this many entries on the float path.
+MAX_MATRIX = 1024
+
+
+def _constant_matrix(a):
+    """Rows of a constant 2-d float64 tensor, or NeedsTorch."""
+    if not isinstance(a, torch.Tensor) or a.ndim != 2 or a.requires_grad or a.dtype != torch.float64 \
+            or a.numel() > MAX_MATRIX:
+        raise NeedsTorch
+    return a.tolist()
+
+
+def _linear(rows, items):
+    """``[sum_j rows[i][j] * items[j]]``: constant coefficients times Duals, one Dual per row."""
+    out = []
+    for row in rows:
+        v, d = 0.0, {}
+        for c, x in zip(row, items):
+            v += c * x.v
+            for k, g in x.d.items():
+                d[k] = d.get(k, 0.0) + c * g
+        out.append(Dual(v, d))
+    return out
+
+
+def _matmul(a, b, **kwargs):
+    """``a @ b`` with a vector operand: a dot product, a constant matrix times a vector
+    or a vector times a constant matrix (torch.matmul's 1-d and 2-d cases)."""
+    if kwargs:
+        raise NeedsTorch
+    if isinstance(a, torch.Tensor) and a.ndim == 2:
+        x = lift(b)
+        rows = _constant_matrix(a)
+        if type(x) is not DualVector or len(rows[0]) != len(x):
+            raise NeedsTorch        # a shape error: torch's message
+        return DualVector(_linear(rows, x._items))
+    if isinstance(b, torch.Tensor) and b.ndim == 2:
+        x = lift(a)
+        rows = _constant_matrix(b)
+        if type(x) is not DualVector or len(rows) != len(x):
+            raise NeedsTorch
+        return DualVector(_linear([list(col) for col in zip(*rows)], x._items))
+    x, y = lift(a), lift(b)
+    if type(x) is not DualVector or type(y) is not DualVector or len(x) != len(y) or not len(x):
+        raise NeedsTorch            # 0-d operands and mismatched lengths are torch errors
+    return _sum([_s_mul(p, q) for p, q in zip(x._items, y._items)])
+
+
 def _method(name):
     def call(self, *args, **kwargs):
         return getattr(lift(self), name)(*args, **kwargs)
@@ -716,6 +770,8 @@ _BY_NAME.update({
     "pow": _binary_fn("pow"), "__pow__": _binary_fn("pow"), "__rpow__": _binary_fn("pow", True),
     "cat": _cat, "concat": _cat, "concatenate": _cat, "stack": _stack, "sum": _sum_fn,
     "reshape": _method("reshape"), "flatten": _method("flatten"),
+    "matmul": _matmul, "__matmul__": _matmul, "__rmatmul__": lambda a, b: _matmul(b, a),
+    "mv": _matmul, "dot": _matmul,
 })
 
 
