@@ -363,8 +363,8 @@ def _reduced_jacobian_floats(outputs, inputs):
 
 
 def _float_pass_through(outputs, inputs, col_of):
-    """``({row: col}, cols)`` of pass-through coordinates on the float path."""
-    owner = {}                        # input id -> (side, address, value) of a vector input
+    """``({row: col}, {col, ...})`` of pass-through coordinates on the float path."""
+    owner = {}                        # input id -> (side, address) of a vector input
     for cs, ids in inputs:
         if cs and cs[0].index is not None:
             key = (cs[0].trace.split("_")[0], cs[0].address)
