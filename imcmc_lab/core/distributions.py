@@ -133,7 +133,15 @@ class Distribution:
         return torch.stack(values)
 
     def log_prob(self, value) -> torch.Tensor:
-        """Log-density (log-mass if discrete) as a float64 tensor; ``-inf`` off support."""
+        """Log-density (log-mass if discrete) as a float64 tensor; ``-inf`` off support.
+
+        The fast path's float where it applies, else :meth:`_torch_log_prob`; a
+        subclass implements those two, or overrides this method whole."""
+        lp = self._fast_logpdf(value)
+        return self._torch_log_prob(value) if lp is None else _scalar(lp)
+
+    def _torch_log_prob(self, value) -> torch.Tensor:
+        """The log-density in tensor operations (batches, autograd)."""
         raise NotImplementedError
 
     def _fast_logpdf(self, value):
@@ -276,10 +284,7 @@ class Normal(Distribution):
             return -0.5 * z * z - math.log(self.std.item()) - 0.5 * _LOG_2PI
         return None
 
-    def log_prob(self, x):
-        lp = self._fast_logpdf(x)
-        if lp is not None:
-            return _scalar(lp)
+    def _torch_log_prob(self, x):
         z = (x - self.mean) / self.std
         return -0.5 * z * z - torch.log(self.std) - 0.5 * _LOG_2PI
 
@@ -343,10 +348,7 @@ class InvGamma(Distribution):
             return _NEG_INF
         return a * math.log(b) - math.lgamma(a) - (a + 1) * math.log(v) - b / v
 
-    def log_prob(self, x):
-        lp = self._fast_logpdf(x)
-        if lp is not None:
-            return _scalar(lp)
+    def _torch_log_prob(self, x):
         ok = x > 0
         xs = torch.where(ok, x, torch.ones_like(x))
         lp = (self.shape * torch.log(self.scale) - torch.lgamma(self.shape)
@@ -384,10 +386,7 @@ class Beta(Distribution):
         return ((a - 1) * math.log(v) + (b - 1) * math.log1p(-v)
                 + math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b))
 
-    def log_prob(self, x):
-        lp = self._fast_logpdf(x)
-        if lp is not None:
-            return _scalar(lp)
+    def _torch_log_prob(self, x):
         ok = (x > 0) & (x < 1)
         xs = torch.where(ok, x, torch.full_like(x, 0.5))
         lp = ((self.a - 1) * torch.log(xs) + (self.b - 1) * torch.log1p(-xs)
@@ -506,10 +505,7 @@ class Dirichlet(Distribution):
         return (sum((ai - 1) * math.log(wi) for ai, wi in zip(a, w))
                 + math.lgamma(sum(a)) - sum(map(math.lgamma, a)))
 
-    def log_prob(self, x):
-        lp = self._fast_logpdf(x)
-        if lp is not None:
-            return _scalar(lp)
+    def _torch_log_prob(self, x):
         if x.shape[-1:] != self.alpha.shape:     # a vector of another length: outside the support
             return torch.full(x.shape[:-1], _NEG_INF, dtype=DTYPE)
         ok = torch.all(x > 0, dim=-1) & (torch.abs(x.sum(-1) - 1) < 1e-8)
@@ -590,10 +586,7 @@ class Bernoulli(Distribution):
             return math.log(q) if q > 0 else _NEG_INF
         return None
 
-    def log_prob(self, x):
-        lp = self._fast_logpdf(x)
-        if lp is not None:
-            return _scalar(lp)
+    def _torch_log_prob(self, x):
         x = _real(x)
         ok = (x == 0) | (x == 1)
         lp = torch.where(x == 1, torch.log(self.p), torch.log1p(-self.p))
@@ -702,10 +695,7 @@ class Poisson(Distribution):
             return 0.0 if k == 0 else _NEG_INF
         return k * math.log(r) - r - math.lgamma(k + 1)
 
-    def log_prob(self, x):
-        lp = self._fast_logpdf(x)
-        if lp is not None:
-            return _scalar(lp)
+    def _torch_log_prob(self, x):
         x = _real(x) - self.shift
         ok = (x >= 0) & _is_int_tensor(x)
         xs = torch.where(ok, x, torch.zeros_like(x))

@@ -242,11 +242,11 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
             f"Inputs read: {ins}. Outputs written: {outs}. Add auxiliary choices on the smaller "
             f"side (e.g. sample them in the auxiliary program) or write the missing outputs."
         )
-    (rows, cols, matrix, blocks, logdet), pass_through, graph = reduced_jacobian(
+    (rows, cols, matrix, blocks, logdet), pass_through, rows_source = reduced_jacobian(
         written_outputs, remaining_inputs, floats)
     # dense() differentiates with respect to every continuous read, including reads of
     # copied coordinates (their columns are not unit columns when a written value uses them).
-    graph = (graph[0], [l for _, l in read_inputs], graph[2], [c for cs, _ in read_inputs for c in cs])
+    graph = rows_source + (read_inputs,)
     flats = (x_flat, y_flat, xn_flat, yn_flat)
     app.jacobian = JacobianRecord(lambda: _coordinate_groups(flats, consumed, copied_to), pass_through, rows, cols,
                                   matrix, blocks, logdet, graph)

@@ -204,6 +204,22 @@ class _TensorLike:
     __round__ = __trunc__ = __floor__ = __ceil__ = __index__ = __complex__ = _unsupported
     __contains__ = __setitem__ = __delitem__ = _unsupported
 
+    # what both are, as a tensor: float64, tracked, immutable
+    dtype = torch.float64
+    requires_grad = True
+
+    def clone(self):
+        return self
+
+    def reshape(self, *shape):
+        return _reshape(self, shape)
+
+    view = reshape
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return _torch_function(func, args, kwargs)
+
 
 class Dual(_TensorLike):
     """A real number with its partial derivatives with respect to a transform's inputs.
@@ -283,9 +299,8 @@ class Dual(_TensorLike):
     def __pow__(self, other):
         t = type(other)
         if t is float or t is int:
-            v = _guard(pow, self.v, float(other))
             if other == 2:
-                return Dual(v, _scale(self.d, 2.0 * self.v))
+                return Dual(_guard(pow, self.v, 2.0), _scale(self.d, 2.0 * self.v))
             return _s_pow(self, float(other))
         return _s_generic("pow", self, other)
 
@@ -327,14 +342,9 @@ class Dual(_TensorLike):
     def detach(self):
         return torch.tensor(self.v, dtype=torch.float64)
 
-    def clone(self):
-        return self
-
     # -- tensor-like attributes -------------------------------------------
     shape = torch.Size([])
     ndim = 0
-    dtype = torch.float64
-    requires_grad = True
 
     def dim(self):
         return 0
@@ -346,11 +356,6 @@ class Dual(_TensorLike):
         if dim is not None:
             raise NeedsTorch
         return torch.Size([])
-
-    def reshape(self, *shape):
-        return _reshape(self, shape)
-
-    view = reshape
 
     def flatten(self):
         return DualVector([self])
@@ -373,10 +378,6 @@ class Dual(_TensorLike):
 
     def __repr__(self):
         return f"Dual({self.v!r}, {self.d!r})"
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        return _torch_function(func, args, kwargs)
 
 
 # ---------------------------------------------------------------------------
@@ -419,9 +420,7 @@ class DualVector(_TensorLike):
             index = index.tolist() if index.ndim else int(index)
             if type(index) is int:
                 return items[index]
-        if t is list and all(type(i) is int for i in index):
-            return DualVector([items[i] for i in index])
-        if isinstance(index, list) and all(type(i) is int for i in index):   # from a tensor
+        if type(index) is list and all(type(i) is int for i in index):   # (or a tensor's, above)
             return DualVector([items[i] for i in index])
         if isinstance(index, numbers.Integral) and not isinstance(index, bool):
             return items[int(index)]
@@ -494,16 +493,11 @@ class DualVector(_TensorLike):
     def detach(self):
         return torch.tensor(self.tolist(), dtype=torch.float64)
 
-    def clone(self):
-        return self
-
     @property
     def shape(self):
         return torch.Size([len(self._items)])
 
     ndim = 1
-    dtype = torch.float64
-    requires_grad = True
 
     def dim(self):
         return 1
@@ -517,11 +511,6 @@ class DualVector(_TensorLike):
         if dim in (0, -1):
             return len(self._items)
         raise NeedsTorch
-
-    def reshape(self, *shape):
-        return _reshape(self, shape)
-
-    view = reshape
 
     def flatten(self):
         return self
@@ -547,10 +536,6 @@ class DualVector(_TensorLike):
 
     def __repr__(self):
         return f"DualVector({[x.v for x in self._items]!r})"
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        return _torch_function(func, args, kwargs)
 
 
 def _sum(items):

@@ -80,6 +80,14 @@ class CoordinateGroup(tuple):
         return [Coordinate(trace, address)]
 
 
+def _as_matrix(matrix, rows, cols):
+    """``matrix`` as a float64 tensor of shape ``(len(rows), len(cols))``: the float path
+    keeps its matrices as nested lists until a view or test asks for them."""
+    if isinstance(matrix, torch.Tensor):
+        return matrix
+    return torch.tensor(matrix, dtype=torch.float64).reshape(len(rows), len(cols))
+
+
 class Block:
     """An independent square block of the reduced Jacobian. ``matrix`` may be given as
     nested lists of floats (the float path); it becomes a tensor when first read."""
@@ -91,9 +99,7 @@ class Block:
 
     @property
     def matrix(self):
-        if not isinstance(self._matrix, torch.Tensor):
-            self._matrix = torch.tensor(self._matrix, dtype=torch.float64).reshape(
-                len(self.rows), len(self.cols))
+        self._matrix = _as_matrix(self._matrix, self.rows, self.cols)
         return self._matrix
 
     @property
@@ -167,9 +173,7 @@ class JacobianRecord:
     def reduced(self) -> torch.Tensor:
         """The reduced matrix (rows ``rows``, columns ``cols``); the float path gives it as
         nested lists, made a tensor on first access."""
-        if not isinstance(self._reduced, torch.Tensor):
-            self._reduced = torch.tensor(self._reduced, dtype=torch.float64).reshape(
-                len(self.rows), len(self.cols))
+        self._reduced = _as_matrix(self._reduced, self.rows, self.cols)
         return self._reduced
 
     @property
@@ -281,7 +285,9 @@ def reduced_jacobian(outputs, inputs, floats=False):
     ``outputs``: list of ``(Coordinate-list, value tensor)`` for written continuous outputs;
     ``inputs``: list of ``(Coordinate-list, autograd leaf)`` for remaining inputs
     (copies already removed), with as many coordinates as the outputs (the caller
-    reports a dimension mismatch). Returns ``(reduced, pass_through, graph)``.
+    reports a dimension mismatch). Returns ``(reduced, pass_through, rows_source)``:
+    ``rows_source`` is ``(outputs' derivative source, output coordinates)``, from which
+    ``JacobianRecord.dense`` takes rows with respect to any inputs.
     With ``floats`` (the float path of :mod:`.dual`), each output value is
     ``(tangents, value tensor)`` and each input leaf a list of coordinate ids.
     """
@@ -317,8 +323,7 @@ def reduced_jacobian(outputs, inputs, floats=False):
         total += logdet
     record_rows = [out_coords[i] for i in rows]
     record_cols = [in_coords[j] for j in cols]
-    graph = (out_cat, leaves, out_coords, in_coords)
-    return (record_rows, record_cols, reduced.detach(), blocks, total), pass_through, graph
+    return (record_rows, record_cols, reduced.detach(), blocks, total), pass_through, (out_cat, out_coords)
 
 
 def _reduced_jacobian_floats(outputs, inputs):
@@ -357,9 +362,8 @@ def _reduced_jacobian_floats(outputs, inputs):
                             sub, logdet))
         total += logdet
     pass_through = [(in_coords[c], out_coords[r], "pass-through") for r, c in pass_rows.items()]
-    graph = (_TangentRows(tangents), [ids for _, ids in inputs], out_coords, in_coords)
     return ([out_coords[i] for i in rows], [in_coords[j] for j in cols], dense, blocks, total), \
-        pass_through, graph
+        pass_through, (_TangentRows(tangents), out_coords)
 
 
 def _float_pass_through(outputs, inputs, col_of):
@@ -510,7 +514,9 @@ def _dense_jacobian(record: JacobianRecord) -> torch.Tensor:
         if cin in in_index and cout in out_index:
             dense[out_index[cout], in_index[cin]] = 1.0
     if record._graph is not None:
-        source, leaves, out_coords, in_coords = record._graph
+        source, out_coords, read_inputs = record._graph
+        leaves = [leaf for _, leaf in read_inputs]
+        in_coords = [c for cs, _ in read_inputs for c in cs]
         if out_coords and leaves:
             if isinstance(source, _TangentRows):
                 full = source.rows(leaves)
