@@ -10,6 +10,8 @@ computes ``log |det J|`` on what copies leave over.
 from __future__ import annotations
 
 import math
+from itertools import chain
+from operator import attrgetter, itemgetter
 
 from ..core.address import did_you_mean, format_address
 from ..core.choicemap import ChoiceMap
@@ -19,6 +21,10 @@ from .interpreter import AUX, MODEL, TransformRun, run_transform, _where
 from .jacobian import CoordinateGroup, JacobianRecord, free_part, reduced_jacobian
 
 __all__ = ["apply_transform", "Application", "EmptyAuxTrace"]
+
+# Above this many addresses in the old and new model traces together, _account visits
+# only the touched ones: choosing them costs about as much as visiting 20 addresses.
+_RESTRICT_ABOVE = 40
 
 _IN = {MODEL: "model_in", AUX: "aux_in"}
 _OUT = {MODEL: "model_out", AUX: "aux_out"}
@@ -71,13 +77,13 @@ class Application:
         self.log_q_new = 0.0
         self.jacobian = None
         self.problem = None
-        self._consumed = {}
+        self._consumed = dict   # () -> {input key: output key using it as a copy}; set by _account
 
     @property
     def copied_implicitly(self):
         """Model addresses left as they were (continuous ones; Gen's implicit copies)."""
         copied_to = self.run.copied_to if self.run is not None else {}
-        return [src[1] for src, dst in self._consumed.items()
+        return [src[1] for src, dst in self._consumed().items()
                 if src == dst and src[0] == MODEL and dst not in copied_to]
 
     @property
@@ -166,54 +172,37 @@ def _check_output_labels(run, side, new_trace):
 def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app):
     """Match every continuous coordinate; compute the Jacobian of what is left.
 
-    The hot path touches each address once with dictionary lookups only; the
-    per-coordinate lists a view shows (every input and output coordinate, every
-    elimination) are built on demand by :func:`_coordinate_groups`.
+    A model address the transform leaves alone (does not read, write, copy from or
+    to, or remove) is an implicit copy: its own unit row and column, which can
+    neither raise an error here nor enter the Jacobian. So in large traces the hot
+    path visits the touched model addresses (in trace order) and the auxiliary ones
+    only, and its cost does not grow with the model; the implicit copies and the
+    per-coordinate lists a view shows are built on demand (:func:`_match_outputs`
+    over every address, :func:`_coordinate_groups`).
     """
     x_flat = model_trace.flat_records()
     y_flat = aux_trace.flat_records()
     xn_flat = new_model.flat_records()
     yn_flat = new_aux.flat_records() if new_aux is not None else {}
-    writes, copied_to, reads = run.writes, run.copied_to, run.reads
-    floats = run.floats
-    consumed = {}           # input key -> output key that uses it as a copy (explicit or implicit)
-    written_outputs = []    # (coords, value)
-    for side, flat in ((MODEL, xn_flat), (AUX, yn_flat)):
-        for address, rec in flat.items():
-            if rec.dist.discrete:
-                continue
-            key = (side, address)
-            write = writes.get(key)
-            if write is not None:
-                group = CoordinateGroup(_OUT[side], address, free_part(rec.dist, rec.value))
-                value = free_part(rec.dist, write.value)
-                if floats:
-                    tangent = write.tangent[:-1] if rec.dist.simplex else write.tangent
-                    value = (tangent, value)
-                written_outputs.append((group.expand(), value))
-                continue
-            copy = copied_to.get(key)
-            src = (copy.src_side, copy.src_address) if copy is not None else key
-            if src in consumed:
-                raise TransformError(
-                    f"the value of {_IN[src[0]]}[{format_address(src[1])}] reaches two outputs "
-                    f"({_OUT[consumed[src][0]]}[{format_address(consumed[src][1])}] and "
-                    f"{_OUT[side]}[{format_address(address)}]): a continuous value cannot be "
-                    f"duplicated by an involution. If the model keeps it, do not copy it too."
-                )
-            consumed[src] = key
+    reads, floats = run.reads, run.floats
+    if len(x_flat) + len(xn_flat) > _RESTRICT_ABOVE:
+        touched = _touched_model_addresses(run, x_flat, xn_flat)
+        x_part, xn_part = _restricted(x_flat, touched), _restricted(xn_flat, touched)
+    else:
+        x_part, xn_part = x_flat, xn_flat
+    consumed, written_outputs = _match_outputs(run, ((MODEL, xn_part), (AUX, yn_flat)))
     remaining_inputs, vanished, read_inputs = [], [], []
-    for side, flat in ((MODEL, x_flat), (AUX, y_flat)):
+    for side, flat in ((MODEL, x_part), (AUX, y_flat)):
         for address, rec in flat.items():
             if rec.dist.discrete:
                 continue
             key = (side, address)
             read = reads.get(key)
             if read is not None and read.leaf is not None:
-                coords = CoordinateGroup(_IN[side], address, free_part(rec.dist, rec.value)).expand()
-                read_inputs.append((coords, read.leaf))   # every continuous read, for dense()
+                group = CoordinateGroup.of_choice(_IN[side], address, rec.dist, rec.value)
+                read_inputs.append((group, read.leaf))   # every continuous read, for dense()
                 if key not in consumed:
-                    remaining_inputs.append((coords, read.leaf))
+                    remaining_inputs.append((group, read.leaf))
             elif key not in consumed:
                 vanished.append((key, rec))
     if vanished:
@@ -231,11 +220,11 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
             f"{what}: its information would be lost, so the transform cannot be a bijection. "
             f"Read it (il.read(..., il.continuous)) and use it, or copy it to an output."
         )
-    n_in = sum(len(cs) for cs, _ in remaining_inputs)
-    n_out = sum(len(cs) for cs, _ in written_outputs)
+    n_in = sum(g.size for g, _ in remaining_inputs)
+    n_out = sum(g.size for g, _ in written_outputs)
     if n_in != n_out:
-        ins = ", ".join(c.label() for cs, _ in remaining_inputs for c in cs) or "(none)"
-        outs = ", ".join(c.label() for cs, _ in written_outputs for c in cs) or "(none)"
+        ins = ", ".join(c.label() for g, _ in remaining_inputs for c in g.expand()) or "(none)"
+        outs = ", ".join(c.label() for g, _ in written_outputs for c in g.expand()) or "(none)"
         raise DimensionError(
             f"the transform {run.transform.name} maps {n_in} continuous input coordinate(s) to "
             f"{n_out} output coordinate(s) (after removing copies); a bijection needs equal numbers. "
@@ -244,20 +233,84 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
         )
     (rows, cols, matrix, blocks, logdet), pass_through, rows_source = reduced_jacobian(
         written_outputs, remaining_inputs, floats)
+    memo = []
+
+    def every_copy():       # consumed, implicit copies of untouched addresses included: once, on demand
+        if not memo:
+            memo.append(_match_outputs(run, ((MODEL, xn_flat), (AUX, yn_flat)))[0])
+        return memo[0]
+
     # dense() differentiates with respect to every continuous read, including reads of
     # copied coordinates (their columns are not unit columns when a written value uses them).
     graph = rows_source + (read_inputs,)
     flats = (x_flat, y_flat, xn_flat, yn_flat)
-    app.jacobian = JacobianRecord(lambda: _coordinate_groups(flats, consumed, copied_to), pass_through, rows, cols,
-                                  matrix, blocks, logdet, graph)
-    app._consumed = consumed
+    app.jacobian = JacobianRecord(lambda: _coordinate_groups(flats, every_copy(), run.copied_to), pass_through,
+                                  rows, cols, matrix, blocks, logdet, graph)
+    app._consumed = every_copy
+
+
+def _touched_model_addresses(run, x_flat, xn_flat):
+    """The model addresses a transform read, wrote, copied from or to, or removed (and
+    any auxiliary address it used: as a model address, it would only cost time)."""
+    touched = set(map(itemgetter(1), chain(run.reads, run.writes, run.copied_to)))
+    touched.update(map(attrgetter("src_address"), run.copies))
+    # Every address the new trace adds was written or copied (_model_update raises
+    # otherwise), so the sizes say how many old addresses are gone; usually the
+    # transform used them all. (set.difference with a dict hashes no address.)
+    added = [a for a in touched.difference(x_flat) if a in xn_flat]
+    removed = [a for a in touched.difference(xn_flat) if a in x_flat]
+    if len(removed) != len(x_flat) - len(xn_flat) + len(added):
+        removed = set(x_flat).difference(xn_flat)       # some were not touched: find them all
+    touched.update(removed)
+    return touched
+
+
+def _restricted(flat, addresses):
+    """The records of ``flat`` at ``addresses``, in trace order."""
+    return {a: flat[a] for a in flat if a in addresses}
+
+
+def _match_outputs(run, sides):
+    """Match the continuous output addresses of ``sides`` (``(side, flat records)`` pairs, in
+    trace order) to what fills them: ``(consumed, written outputs)``. ``consumed`` maps each
+    input key used as a copy (explicit, or an unwritten model address keeping its value) to
+    the output key using it; written outputs are ``(CoordinateGroup, value)``, the value on
+    the float path being the tangents. Raises if one input reaches two outputs."""
+    writes, copied_to, floats = run.writes, run.copied_to, run.floats
+    consumed = {}
+    written_outputs = []
+    for side, flat in sides:
+        for address, rec in flat.items():
+            if rec.dist.discrete:
+                continue
+            key = (side, address)
+            write = writes.get(key)
+            if write is not None:
+                group = CoordinateGroup.of_choice(_OUT[side], address, rec.dist, rec.value)
+                if floats:
+                    value = write.tangent[:-1] if rec.dist.simplex else write.tangent
+                else:
+                    value = free_part(rec.dist, write.value)
+                written_outputs.append((group, value))
+                continue
+            copy = copied_to.get(key)
+            src = (copy.src_side, copy.src_address) if copy is not None else key
+            if src in consumed:
+                raise TransformError(
+                    f"the value of {_IN[src[0]]}[{format_address(src[1])}] reaches two outputs "
+                    f"({_OUT[consumed[src][0]]}[{format_address(consumed[src][1])}] and "
+                    f"{_OUT[side]}[{format_address(address)}]): a continuous value cannot be "
+                    f"duplicated by an involution. If the model keeps it, do not copy it too."
+                )
+            consumed[src] = key
+    return consumed, written_outputs
 
 
 def _coordinate_groups(flats, consumed, copied_to):
     """``(inputs, outputs, eliminated)`` as :class:`CoordinateGroup` lists, one entry per
     continuous address, in trace order; eliminated entries are ``(source, destination, kind)``."""
     x_flat, y_flat, xn_flat, yn_flat = flats
-    inputs = [CoordinateGroup(_IN[side], a, free_part(r.dist, r.value))
+    inputs = [CoordinateGroup.of_choice(_IN[side], a, r.dist, r.value)
               for side, flat in ((MODEL, x_flat), (AUX, y_flat))
               for a, r in flat.items() if not r.dist.discrete]
     outputs, eliminated = [], []
@@ -266,13 +319,13 @@ def _coordinate_groups(flats, consumed, copied_to):
         for address, rec in flat.items():
             if rec.dist.discrete:
                 continue
-            group = CoordinateGroup(_OUT[side], address, free_part(rec.dist, rec.value))
+            group = CoordinateGroup.of_choice(_OUT[side], address, rec.dist, rec.value)
             outputs.append(group)
             src = by_destination.get((side, address))
             if src is not None:
                 src_rec = (x_flat if src[0] == MODEL else y_flat)[src[1]]
                 kind = "copy" if (side, address) in copied_to else "implicit"
-                eliminated.append((CoordinateGroup(_IN[src[0]], src[1], free_part(src_rec.dist, src_rec.value)),
+                eliminated.append((CoordinateGroup.of_choice(_IN[src[0]], src[1], src_rec.dist, src_rec.value),
                                    group, kind))
     return inputs, outputs, eliminated
 

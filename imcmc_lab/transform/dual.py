@@ -25,16 +25,49 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 
 import torch
 
-__all__ = ["Dual", "DualVector", "NeedsTorch", "lift", "MAX_VECTOR"]
+__all__ = ["Dual", "DualVector", "NeedsTorch", "lift", "MAX_VECTOR", "unit_derivatives", "IdRange"]
 
 #: Vectors longer than this are read as autograd tensors: elementwise Python
 #: arithmetic is only faster than torch for short vectors.
 MAX_VECTOR = 64
 
 _EMPTY = {}     # the derivative of a constant; dicts are never mutated once built
+
+# The derivative of input coordinate i itself, {i: 1.0}, as one shared dict per i: a
+# vector read makes no dict per coordinate, and the Jacobian finds the coordinates a
+# transform passes through unchanged by identity (jacobian._pass_through_runs).
+_UNITS = []
+_MAX_SHARED_UNITS = 1024
+_GROW_UNITS = threading.Lock()
+
+
+def unit_derivatives(ids):
+    """``{i: 1.0}`` for each id in the range ``ids``: shared dicts, or fresh ones past the
+    first 1024 ids (so that a transform with very many reads leaves no large table)."""
+    if ids.stop > len(_UNITS):
+        if ids.stop > _MAX_SHARED_UNITS:
+            return [{i: 1.0} for i in ids]
+        with _GROW_UNITS:
+            _UNITS.extend({i: 1.0} for i in range(len(_UNITS), ids.stop))
+    return _UNITS[ids.start:ids.stop]
+
+
+class IdRange:
+    """A derivative-dict key standing for every input coordinate id in ``ids`` (a range):
+    ``{IdRange(ids): g}`` is the derivative ``g`` with respect to each of them. Hashed
+    and compared by identity (as fast as an int key); one is made per simplex read."""
+
+    __slots__ = ("ids",)
+
+    def __init__(self, ids):
+        self.ids = ids
+
+    def __repr__(self):
+        return f"IdRange({self.ids.start}, {self.ids.stop})"
 
 
 class NeedsTorch(BaseException):
@@ -224,7 +257,13 @@ class _TensorLike:
 class Dual(_TensorLike):
     """A real number with its partial derivatives with respect to a transform's inputs.
 
-    ``v``: the value (float); ``d``: ``{input coordinate id: ∂v/∂input}``."""
+    ``v``: the value (float); ``d``: ``{input coordinate id: ∂v/∂input}``. A key may
+    also be an :class:`IdRange`, standing for that derivative with respect to each id
+    in its range (added to the id's own entry, if any): a simplex read's last weight,
+    ``1 - sum`` of the free ones, is ``{IdRange(their ids): -1.0}``, so arithmetic
+    with it costs the same for any number of weights. Derivative dicts are only
+    ever scaled and added, which treats an IdRange key as one more coordinate; the
+    Jacobian (:mod:`.jacobian`) expands it."""
 
     __slots__ = ("v", "d")
 

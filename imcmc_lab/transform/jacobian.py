@@ -19,8 +19,13 @@ determinant along it removes that row and that column. So
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
+from itertools import accumulate, compress, count
+from operator import is_not
 
 import torch
+
+from .dual import IdRange, unit_derivatives
 
 __all__ = ["Coordinate", "CoordinateGroup", "JacobianRecord", "Block", "reduced_jacobian", "free_part"]
 
@@ -69,15 +74,54 @@ class CoordinateGroup(tuple):
         vector = isinstance(value, torch.Tensor) and value.ndim > 0
         return tuple.__new__(cls, (trace, address, value.numel() if vector else 1, vector))
 
+    @classmethod
+    def of_choice(cls, trace, address, dist, value):
+        """The group of ``free_part(dist, value)``, without slicing the value."""
+        if not (isinstance(value, torch.Tensor) and value.ndim > 0):
+            return tuple.__new__(cls, (trace, address, 1, False))
+        size = value.numel()
+        if dist.simplex and size:
+            size -= size // value.shape[-1]
+        return tuple.__new__(cls, (trace, address, size, True))
+
     @property
     def size(self):
         return self[2]
 
+    @property
+    def vector(self):
+        return self[3]
+
+    @property
+    def key(self):
+        """``(side, address)``: the same for a choice's input and output groups."""
+        return (self[0].split("_")[0], self[1])
+
+    # (Coordinates are made with tuple.__new__, as Coordinate() does, without its
+    # Python-level __new__: the float path makes one per row and column.)
+    def coordinate(self, index):
+        """The :class:`Coordinate` of the ``index``-th coordinate."""
+        return _tuple_new(Coordinate, (self[0], self[1], index if self[3] else None))
+
     def expand(self):
         trace, address, size, vector = self
         if vector:
-            return [Coordinate(trace, address, i) for i in range(size)]
-        return [Coordinate(trace, address)]
+            return [_tuple_new(Coordinate, (trace, address, i)) for i in range(size)]
+        return [_tuple_new(Coordinate, (trace, address, None))]
+
+
+_tuple_new = tuple.__new__
+
+
+def _coordinates(groups, indices):
+    """The :class:`Coordinate` at each of ``indices``, positions in the concatenated
+    coordinates of ``groups``."""
+    starts = list(accumulate((g.size for g in groups), initial=0))
+    out = []
+    for i in indices:
+        k = bisect_right(starts, i) - 1      # (past any empty group starting at i)
+        out.append(groups[k].coordinate(i - starts[k]))
+    return out
 
 
 def _as_matrix(matrix, rows, cols):
@@ -121,7 +165,8 @@ class JacobianRecord:
 
     The engine gives a function returning :class:`CoordinateGroup` lists (one
     entry per address: inputs, outputs, eliminated), called only when a view or
-    ``full_size`` needs them; ``inputs``, ``outputs`` and ``eliminated`` are
+    ``full_size`` needs them, and the pass-through eliminations as a list or a
+    function returning it; ``inputs``, ``outputs`` and ``eliminated`` are
     expanded to single coordinates on first access.
     """
 
@@ -152,9 +197,10 @@ class JacobianRecord:
             inputs, outputs, eliminated_groups = self._group_lists()
             eliminated = [(ci, co, kind) for gi, go, kind in eliminated_groups
                           for ci, co in zip(gi.expand(), go.expand())]
+            pass_through = self._pass_through() if callable(self._pass_through) else self._pass_through
             self._expanded = ([c for g in inputs for c in g.expand()],
                               [c for g in outputs for c in g.expand()],
-                              eliminated + list(self._pass_through))
+                              eliminated + list(pass_through))
         return self._expanded
 
     @property
@@ -204,12 +250,6 @@ def free_part(dist, value):
     """The coordinates of ``value`` that Jacobians use: all but the last weight of a
     simplex-valued choice (its density is on the first ``k - 1``), else all."""
     return value[..., :-1] if dist.simplex and isinstance(value, torch.Tensor) else value
-
-
-def _coords(trace_name, address, value):
-    if isinstance(value, torch.Tensor) and value.ndim > 0:
-        return [Coordinate(trace_name, address, i) for i in range(value.numel())]
-    return [Coordinate(trace_name, address)]
 
 
 def _batched_rows(out_cat, leaves, row_ids, extra=None):
@@ -282,19 +322,21 @@ def _components_of(m, n, nonzeros):
 def reduced_jacobian(outputs, inputs, floats=False):
     """Compute the reduced Jacobian and its log-determinant.
 
-    ``outputs``: list of ``(Coordinate-list, value tensor)`` for written continuous outputs;
-    ``inputs``: list of ``(Coordinate-list, autograd leaf)`` for remaining inputs
+    ``outputs``: list of ``(CoordinateGroup, value tensor)`` for written continuous outputs;
+    ``inputs``: list of ``(CoordinateGroup, autograd leaf)`` for remaining inputs
     (copies already removed), with as many coordinates as the outputs (the caller
     reports a dimension mismatch). Returns ``(reduced, pass_through, rows_source)``:
-    ``rows_source`` is ``(outputs' derivative source, output coordinates)``, from which
+    ``pass_through`` is the list of pass-through eliminations, or a function returning
+    it; ``rows_source`` is ``(outputs' derivative source, output groups)``, from which
     ``JacobianRecord.dense`` takes rows with respect to any inputs.
-    With ``floats`` (the float path of :mod:`.dual`), each output value is
-    ``(tangents, value tensor)`` and each input leaf a list of coordinate ids.
+    With ``floats`` (the float path of :mod:`.dual`), each output value is its list of
+    tangents (one derivative dict per coordinate) and each input leaf the ``range`` of
+    its coordinate ids.
     """
     if floats:
         return _reduced_jacobian_floats(outputs, inputs)
-    out_coords = [c for cs, _ in outputs for c in cs]
-    in_coords = [c for cs, _ in inputs for c in cs]
+    out_coords = [c for g, _ in outputs for c in g.expand()]
+    in_coords = [c for g, _ in inputs for c in g.expand()]
     values = [v for _, v in outputs]
     leaves = [l for _, l in inputs]
     out_cat = torch.cat([_flatten(v).to(torch.float64) for v in values]) if values \
@@ -323,7 +365,8 @@ def reduced_jacobian(outputs, inputs, floats=False):
         total += logdet
     record_rows = [out_coords[i] for i in rows]
     record_cols = [in_coords[j] for j in cols]
-    return (record_rows, record_cols, reduced.detach(), blocks, total), pass_through, (out_cat, out_coords)
+    return (record_rows, record_cols, reduced.detach(), blocks, total), pass_through, \
+        (out_cat, [g for g, _ in outputs])
 
 
 def _reduced_jacobian_floats(outputs, inputs):
@@ -331,63 +374,130 @@ def _reduced_jacobian_floats(outputs, inputs):
     the tangents, and a pass-through coordinate is one whose tangent is exactly the
     unit row of a coordinate of the same vector input. (The torch path finds
     candidates by equal value and then verifies the unit row; here the derivative
-    itself is exact, and the unit row is what removing the row and column needs.)"""
-    out_coords = [c for cs, _ in outputs for c in cs]
-    in_coords = [c for cs, _ in inputs for c in cs]
-    tangents = [d for _, (ts, _v) in outputs for d in ts]
-    col_of = {}
-    for _cs, ids in inputs:
-        for i in ids:
-            col_of[i] = len(col_of)
-    pass_rows, pass_cols = _float_pass_through(outputs, inputs, col_of)
-    rows = [r for r in range(len(out_coords)) if r not in pass_rows]
-    cols = [j for j in range(len(in_coords)) if j not in pass_cols]
-    position = {j: q for q, j in enumerate(cols)}
-    by_id = {i: position[j] for i, j in col_of.items() if j in position}   # input id -> column
-    dense, nonzeros = [], []
-    for p, r in enumerate(rows):
-        row = [0.0] * len(cols)
-        for i, g in tangents[r].items():
-            q = by_id.get(i)
-            if q is not None and g != 0.0:
-                row[q] = g
-                nonzeros.append((p, q))
-        dense.append(row)
+    itself is exact, and the unit row is what removing the row and column needs.)
+
+    Only the rows and columns that remain get :class:`Coordinate` objects and matrix
+    entries, so each pass-through coordinate of a long weight vector costs one check."""
+    # One input's ids are consecutive: the column of id i is col0 + (i - ids.start).
+    vector_inputs = {}                  # (side, address) of a vector input -> (ids, col0)
+    n_cols = 0
+    for group, ids in inputs:
+        if group.vector:
+            vector_inputs[group.key] = (ids, n_cols)
+        n_cols += len(ids)
+    passes = []                         # (first row, first column, length) of pass-through runs
+    passed = {}                         # (side, address) of an input -> its passed (start, stop) spans
+    kept = []                           # (coordinate, tangent) of every other row
+    row = 0
+    for group, tangents in outputs:
+        match = vector_inputs.get(group.key) if group.vector else None
+        if match is None:
+            kept.extend(zip(group.expand(), tangents) if group.vector else [(group.coordinate(0), tangents[0])])
+        else:
+            ids, col0 = match
+            runs, kept_rows = _pass_through_runs(tangents, ids)
+            passed[group.key] = [(j, j + n) for _, j, n in runs]
+            for k, j, n in runs:
+                passes.append((row + k, col0 + j, n))
+            for k in kept_rows:
+                kept.append((group.coordinate(k), tangents[k]))
+        row += len(tangents)
+    col_of, cols = {}, []               # input id -> column of the reduced matrix; its coordinate
+    for group, ids in inputs:
+        if not group.vector:
+            col_of[ids.start] = len(cols)
+            cols.append(group.coordinate(0))
+            continue
+        spans = passed.get(group.key)
+        for j in (range(len(ids)) if spans is None else _uncovered(spans, len(ids))):
+            col_of[ids[j]] = len(cols)
+            cols.append(group.coordinate(j))
+    rows = [c for c, _ in kept]
+    # The entries: each id's own derivative, plus an IdRange key's at every kept id in it.
+    dense, nonzeros, range_cols = [], [], {}
+    for p, (_c, d) in enumerate(kept):
+        entries = [0.0] * len(cols)
+        first, has_range = len(nonzeros), False
+        for i, g in d.items():
+            q = col_of.get(i)
+            if q is not None:
+                entries[q] += g
+                if g != 0.0:
+                    nonzeros.append((p, q))
+            elif type(i) is IdRange:
+                has_range = True
+                qs = range_cols.get(i)
+                if qs is None:
+                    qs = range_cols[i] = [q for j, q in col_of.items() if j in i.ids]
+                for q in qs:
+                    entries[q] += g
+        if has_range:                   # sums may cancel: take the nonzeros from the entries
+            nonzeros[first:] = [(p, q) for q, g in enumerate(entries) if g != 0.0]
+        dense.append(entries)
     blocks, total = [], 0.0
     for brows, bcols in _components_of(len(rows), len(cols), nonzeros):
         sub = dense if len(brows) == len(rows) and len(bcols) == len(cols) \
             else [[dense[i][j] for j in bcols] for i in brows]
         logdet = _logabsdet(sub) if len(brows) == len(bcols) else -math.inf
-        blocks.append(Block([out_coords[rows[i]] for i in brows], [in_coords[cols[j]] for j in bcols],
-                            sub, logdet))
+        blocks.append(Block([rows[i] for i in brows], [cols[j] for j in bcols], sub, logdet))
         total += logdet
-    pass_through = [(in_coords[c], out_coords[r], "pass-through") for r, c in pass_rows.items()]
-    return ([out_coords[i] for i in rows], [in_coords[j] for j in cols], dense, blocks, total), \
-        pass_through, (_TangentRows(tangents), out_coords)
+    out_groups = [g for g, _ in outputs]
+
+    def pass_through():
+        outs = _coordinates(out_groups, [r + t for r, _, n in passes for t in range(n)])
+        ins = _coordinates([g for g, _ in inputs], [c + t for _, c, n in passes for t in range(n)])
+        return [(ci, co, "pass-through") for ci, co in zip(ins, outs)]
+
+    return (rows, cols, dense, blocks, total), pass_through, \
+        (_TangentRows([ts for _, ts in outputs]), out_groups)
 
 
-def _float_pass_through(outputs, inputs, col_of):
-    """``({row: col}, {col, ...})`` of pass-through coordinates on the float path."""
-    owner = {}                        # input id -> (side, address) of a vector input
-    for cs, ids in inputs:
-        if cs and cs[0].index is not None:
-            key = (cs[0].trace.split("_")[0], cs[0].address)
-            for i in ids:
-                owner[i] = key
-    pass_rows, pass_cols = {}, set()
-    row = 0
-    for cs, (tangents, _value) in outputs:
-        if owner and cs and cs[0].index is not None:
-            key = (cs[0].trace.split("_")[0], cs[0].address)
-            for k, d in enumerate(tangents):
-                if len(d) == 1:
-                    (i, g), = d.items()
-                    col = col_of.get(i)
-                    if g == 1.0 and owner.get(i) == key and col not in pass_cols:
-                        pass_rows[row + k] = col
-                        pass_cols.add(col)
-        row += len(cs)
-    return pass_rows, pass_cols
+def _pass_through_runs(tangents, ids):
+    """``(runs, kept)`` for a vector output and the input at the same address, whose
+    coordinate ids are ``ids``: ``runs`` are ``(k, j, n)`` where ``tangents[k:k + n]`` pass
+    through the input's coordinates ``j, ..., j + n - 1`` (increasing ``k``); ``kept``
+    are the positions of the other tangents.
+
+    A tangent passes through if it is exactly the unit row ``{i: 1.0}`` of one of ``ids``,
+    unless an earlier row took that coordinate. Such a tangent is nearly always the
+    input coordinate's own shared dict (:func:`.dual.unit_derivatives`), and so are the
+    ones after it, of the coordinates after it, where a slice of the input is written
+    back: a run is extended by identity, in C, and only the rows around runs are
+    checked one by one."""
+    units = unit_derivatives(ids)
+    runs, kept = [], []
+    k, n_rows, n_ids, start = 0, len(tangents), len(ids), ids.start
+    while k < n_rows:
+        d = tangents[k]
+        if len(d) == 1:
+            i, = d
+            if type(i) is int and start <= i < start + n_ids and d[i] == 1.0:
+                j = i - start
+                limit = min(n_rows - k, n_ids - j)
+                for _, j2, n2 in runs:
+                    if j2 <= j < j2 + n2:
+                        break                               # taken by an earlier row
+                    if j < j2 < j + limit:
+                        limit = j2 - j                      # a run may not reach a taken one
+                else:
+                    others = map(is_not, tangents[k + 1:k + limit], units[j + 1:j + limit])
+                    n = 1 + next(compress(count(), others), limit - 1)
+                    runs.append((k, j, n))
+                    k += n
+                    continue
+        kept.append(k)
+        k += 1
+    return runs, kept
+
+
+def _uncovered(spans, n):
+    """The positions in ``range(n)`` outside the disjoint ``(start, stop)`` spans, in order."""
+    out, position = [], 0
+    for first, stop in sorted(spans):
+        out.extend(range(position, first))
+        position = stop
+    out.extend(range(position, n))
+    return out
 
 
 def _logabsdet(matrix):
@@ -422,7 +532,8 @@ def _logabsdet(matrix):
 
 class _TangentRows:
     """The float path's stand-in for an autograd graph: rows of the Jacobian of every
-    written coordinate, with respect to any list of input coordinate-id lists."""
+    written coordinate (one tangent list per output), with respect to any list of
+    input coordinate-id ranges."""
 
     __slots__ = ("tangents",)
 
@@ -434,13 +545,16 @@ class _TangentRows:
         for ids in leaves:
             for i in ids:
                 col[i] = len(col)
-        out = torch.zeros((len(self.tangents), len(col)), dtype=torch.float64)
-        for r, d in enumerate(self.tangents):
+        out = []
+        for d in (d for ts in self.tangents for d in ts):
+            row = [0.0] * len(col)
             for i, g in d.items():
-                j = col.get(i)
-                if j is not None:
-                    out[r, j] = g
-        return out
+                for k in (i.ids if type(i) is IdRange else (i,)):
+                    j = col.get(k)
+                    if j is not None:
+                        row[j] += g
+            out.append(row)
+        return torch.tensor(out, dtype=torch.float64).reshape(len(out), len(col))
 
 
 def _remaining(n, removed):
@@ -475,15 +589,15 @@ def _pass_through_candidates(outputs, inputs):
     of the same trace side and address."""
     by_key = {}
     offset = 0
-    for cs, leaf in inputs:
-        if leaf.ndim > 0 and cs:
-            by_key[(cs[0].trace.split("_")[0], cs[0].address)] = (offset, leaf.detach().reshape(-1))
-        offset += len(cs)
+    for group, leaf in inputs:
+        if leaf.ndim > 0 and group.size:
+            by_key[group.key] = (offset, leaf.detach().reshape(-1))
+        offset += group.size
     pairs, row = [], 0
-    for cs, value in outputs:
-        n = len(cs)
-        if isinstance(value, torch.Tensor) and value.ndim > 0 and cs:
-            match = by_key.get((cs[0].trace.split("_")[0], cs[0].address))
+    for group, value in outputs:
+        n = group.size
+        if isinstance(value, torch.Tensor) and value.ndim > 0 and n:
+            match = by_key.get(group.key)
             if match is not None:
                 col0, in_vals = match
                 out_vals = value.detach().reshape(-1)
@@ -514,9 +628,10 @@ def _dense_jacobian(record: JacobianRecord) -> torch.Tensor:
         if cin in in_index and cout in out_index:
             dense[out_index[cout], in_index[cin]] = 1.0
     if record._graph is not None:
-        source, out_coords, read_inputs = record._graph
+        source, out_groups, read_inputs = record._graph
         leaves = [leaf for _, leaf in read_inputs]
-        in_coords = [c for cs, _ in read_inputs for c in cs]
+        out_coords = [c for g in out_groups for c in g.expand()]
+        in_coords = [c for g, _ in read_inputs for c in g.expand()]
         if out_coords and leaves:
             if isinstance(source, _TangentRows):
                 full = source.rows(leaves)
