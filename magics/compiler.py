@@ -15,6 +15,9 @@ import re
 from dataclasses import dataclass, field
 from types import CodeType
 
+from imcmc_lab.modeling.families import HELPER_NAME as FAMILY_HELPER
+from imcmc_lab.modeling.families import lower_families_in_tree
+
 from .rewrite import ENGINE_NAME, NotationError, RewriteResult, rewrite
 
 __all__ = [
@@ -180,6 +183,8 @@ def compile_gen_cell(body: str, filename: str, header: str = "%%gen") -> Compile
         d.decorator_list.insert(0, dec)
         first = min([d.lineno] + [x.lineno for x in d.decorator_list[1:]])
         decorate[first] = "@" + ENGINE_NAME + ".gen"
+    # [dist @ ("name", j) for j in ...] runs as one indexed family (imcmc_lab.modeling.families)
+    lower_families_in_tree(tree, lambda: _engine_attr(FAMILY_HELPER))
     try:
         code = compile(tree, filename, "exec", dont_inherit=True)
     except SyntaxError as e:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import array
 import math
 import numbers
+import operator
 
 import torch
 
@@ -88,6 +89,28 @@ _PY_MAX_LEN = 64
 def _short_vector(t):
     """A 1-d tensor short enough for Python arithmetic."""
     return t.ndim == 1 and t.shape[0] <= _PY_MAX_LEN
+
+
+def _all_positive_finite(values) -> bool:
+    """Every value in (0, inf), with C-level passes instead of a generator (a NaN makes the
+    sum NaN; without one, min and max are exact)."""
+    total = sum(values)
+    return total == total and min(values) > 0 and max(values) < math.inf
+
+
+def _all_nonnegative(values) -> bool:
+    total = sum(values)
+    return not values or (total == total and min(values) >= 0)
+
+
+def _all_nonnegative_finite(values) -> bool:
+    total = sum(values)
+    return total == total and min(values) >= 0 and max(values) < math.inf
+
+
+def _all_finite(values) -> bool:
+    total = sum(values)
+    return total == total and min(values) > -math.inf and max(values) < math.inf
 
 
 def _scalar(v: float) -> torch.Tensor:
@@ -224,10 +247,9 @@ def _check_positive(name, x):
     if x.ndim == 0:                    # the common case, without four tensor operations
         v = x.item()
         return None if 0 < v < math.inf else f"{name} must be finite and > 0, got {v}"
-    if _short_vector(x):
+    if _short_vector(x) and x.shape[0]:
         values = x.tolist()
-        return None if all(0 < v < math.inf for v in values) else \
-            f"{name} must be finite and > 0, got {values}"
+        return None if _all_positive_finite(values) else f"{name} must be finite and > 0, got {values}"
     if not bool(torch.all(torch.isfinite(x))) or not bool(torch.all(x > 0)):
         return f"{name} must be finite and > 0, got {x.tolist()}"
     return None
@@ -237,9 +259,9 @@ def _check_finite(name, x):
     if x.ndim == 0:
         v = x.item()
         return None if math.isfinite(v) else f"{name} must be finite, got {v}"
-    if _short_vector(x):
+    if _short_vector(x) and x.shape[0]:
         values = x.tolist()
-        return None if all(map(math.isfinite, values)) else f"{name} must be finite, got {values}"
+        return None if _all_finite(values) else f"{name} must be finite, got {values}"
     if not bool(torch.all(torch.isfinite(x))):
         return f"{name} must be finite, got {x.tolist()}"
     return None
@@ -495,15 +517,16 @@ class Dirichlet(Distribution):
         alpha = self.alpha
         if not (_short_vector(x) and _short_vector(alpha)) or x.requires_grad or alpha.requires_grad:
             return None
-        a = alpha.tolist()
-        if not all(0 < ai < math.inf for ai in a):     # invalid alpha: torch's conventions apply
+        constants = _dirichlet_constants(alpha.tolist())
+        if constants is None:        # invalid alpha: torch's conventions apply
             return None
+        a_minus_1, lgamma_total, lgamma_parts = constants
         w = x.tolist()
-        # the same support test as log_prob's (the sum may differ from torch's in the last bit)
-        if len(w) != len(a) or not all(wi > 0 for wi in w) or not abs(sum(w) - 1) < 1e-8:
+        # the same support test as log_prob's (the sum may differ from torch's in the last bit;
+        # a NaN makes the sum NaN)
+        if len(w) != len(a_minus_1) or not w or not min(w) > 0 or not abs(sum(w) - 1) < 1e-8:
             return _NEG_INF
-        return (sum((ai - 1) * math.log(wi) for ai, wi in zip(a, w))
-                + math.lgamma(sum(a)) - sum(map(math.lgamma, a)))
+        return (sum(map(operator.mul, a_minus_1, map(math.log, w))) + lgamma_total) - lgamma_parts
 
     def _torch_log_prob(self, x):
         if x.shape[-1:] != self.alpha.shape:     # a vector of another length: outside the support
@@ -513,6 +536,25 @@ class Dirichlet(Distribution):
         lp = ((self.alpha - 1) * torch.log(xs)).sum(-1) + torch.lgamma(self.alpha.sum()) \
             - torch.lgamma(self.alpha).sum()
         return _where_support(ok, lp)
+
+
+_DIRICHLET_CONSTANTS = {}   # tuple(alpha) -> (alpha - 1, lgamma(sum alpha), sum lgamma(alpha))
+
+
+def _dirichlet_constants(a: list):
+    """What a Dirichlet log-density needs of ``alpha`` besides the value; ``None`` if ``alpha``
+    is not a non-empty list of finite positive numbers. Models rebuild the same alpha
+    (``torch.full((k,), 2.0)``) on every run: the lgamma terms are computed once."""
+    key = tuple(a)
+    constants = _DIRICHLET_CONSTANTS.get(key)
+    if constants is None:
+        if not a or not _all_positive_finite(a):
+            return None
+        if len(_DIRICHLET_CONSTANTS) > 256:
+            _DIRICHLET_CONSTANTS.clear()
+        constants = _DIRICHLET_CONSTANTS[key] = (
+            [ai - 1 for ai in a], math.lgamma(sum(a)), sum(map(math.lgamma, a)))
+    return constants
 
 
 class MvNormal(Distribution):
@@ -803,7 +845,7 @@ class MixtureOfNormals(Distribution):
             return (f"weights, means and variances must be vectors of one length, got shapes "
                     f"{tuple(self.weights.shape)}, {tuple(self.means.shape)}, {tuple(self.variances.shape)}")
         w = self.weights
-        weights_ok = all(v >= 0 for v in w.tolist()) if _short_vector(w) else bool(torch.all(w >= 0))
+        weights_ok = _all_nonnegative(w.tolist()) if _short_vector(w) else bool(torch.all(w >= 0))
         return (_check_positive("variances", self.variances)
                 or _check_finite("means", self.means)
                 or (None if weights_ok else f"weights must be >= 0, got {w.tolist()}"))
@@ -830,11 +872,12 @@ class MixtureOfNormals(Distribution):
                 or w.requires_grad or m.requires_grad or v.requires_grad:
             return None
         ws, ms, vs = w.tolist(), m.tolist(), v.tolist()
-        if not ws or not len(ws) == len(ms) == len(vs) or not all(0 < vi < math.inf for vi in vs) \
-                or not all(0 <= wi < math.inf for wi in ws) or not all(map(math.isfinite, ms)):
+        if not ws or not len(ws) == len(ms) == len(vs) or not _all_positive_finite(vs) \
+                or not _all_nonnegative_finite(ws) or not _all_finite(ms):
             return None
-        a = [(math.log(wi) if wi > 0 else _NEG_INF) - 0.5 * (math.log(vi) + _LOG_2PI)
-             for wi, vi in zip(ws, vs)]
+        log_ws = map(math.log, ws) if min(ws) > 0 else \
+            [math.log(wi) if wi > 0 else _NEG_INF for wi in ws]
+        a = [lw - 0.5 * (lv + _LOG_2PI) for lw, lv in zip(log_ws, map(math.log, vs))]
         return (a, ms, vs) if max(a) > _NEG_INF else None
 
     def _fast_logpdf(self, x):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 
+from .families import HELPER_NAME, lower_families
 from .runtime import (SIMULATE, public_assess, public_generate, run_dynamic,
                       visit_call)
 from .trace import Trace
@@ -78,10 +79,16 @@ class GenerativeFunction:
 class DynamicGenFunction(GenerativeFunction):
     """A Python function whose body makes traced choices (built by :func:`gen`)."""
 
-    def __init__(self, fn):
-        self.fn = fn
+    def __init__(self, fn, lower=True):
+        # the body that runs: comprehension families lowered (families.py); __wrapped__ is fn
+        self.fn = lower_families(fn) if lower else fn
         self.name = getattr(fn, "__name__", "gen_fn")
         functools.update_wrapper(self, fn, updated=())
+
+    @property
+    def lowered(self) -> bool:
+        """Whether the body runs with its comprehension families lowered (see families.py)."""
+        return self.fn is not self.__wrapped__ or HELPER_NAME in self.fn.__code__.co_names
 
     def _execute(self, args, prev, constraints, selection, mode):
         __tracebackhide__ = True
@@ -107,8 +114,16 @@ class DynamicTrace(Trace):
         return self._records.get(address)
 
 
-def gen(fn) -> DynamicGenFunction:
-    """Decorator: make a generative function from a Python function."""
+def gen(fn=None, *, lower=True):
+    """Decorator: make a generative function from a Python function.
+
+    A comprehension that draws one choice per key, ``[normal(0, 10) @ ("mu", j) for j
+    in keys]``, runs as one indexed family (``update`` keeps its unchanged elements
+    without re-running them one by one; the trace is the same). ``@gen(lower=False)``
+    runs the body exactly as written.
+    """
+    if fn is None:
+        return lambda f: gen(f, lower=lower)
     if isinstance(fn, GenerativeFunction):
         return fn
-    return DynamicGenFunction(fn)
+    return DynamicGenFunction(fn, lower)

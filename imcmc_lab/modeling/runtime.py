@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import linecache
 import math
+import operator
 import sys
 import threading
 
@@ -299,6 +300,60 @@ class _Tracer:
         self.records[address] = ChoiceRecord(dist, value, logpdf)
         return value
 
+    # -- [dist @ (namespace, key) for key in keys] (see families.py) --------
+    def choice_family(self, namespace, keys, dist, line):
+        """The choices ``dist @ (namespace, key)``, one per key, in order; their values.
+
+        Each element means exactly what :meth:`choice` makes of it. In ``update`` an
+        element that is unconstrained, kept, and has the same distribution as before
+        reuses its record here with a few dictionary operations; any other element
+        (the first, which claims the namespace, constrained, new, changed, or an
+        error to report) goes through :meth:`choice`.
+        """
+        choice = self.choice
+        addresses = ([(namespace, key) for key in keys] if type(keys) is range
+                     else [normalize_address((namespace, key)) for key in keys])
+        if self.mode != UPDATE or self.prev is None or len(addresses) < _BULK_FAMILY:
+            return [choice(address, dist, line) for address in addresses]
+        values = [choice(addresses[0], dist, line)]     # claims the namespace (or raises)
+        rest = set(addresses[1:])
+        if (len(rest) != len(addresses) - 1 or not rest.isdisjoint(self.records)
+                or not rest.isdisjoint(self.namespaces)):
+            # a repeated key or an address taken already: choice() raises the right error
+            return values + [choice(a, dist, line) for a in addresses[1:]]
+        prev_recs = list(map(self.prev._records.get, addresses))
+        records, lines = self.records, self.lines
+        start = 1            # addresses[start:i] are kept: their records are reused in one step
+        for i in self._family_redo(addresses, prev_recs, rest, dist) + [len(addresses)]:
+            if start < i:
+                kept, recs = addresses[start:i], prev_recs[start:i]
+                records.update(zip(kept, recs))
+                lines.update(dict.fromkeys(kept, line))
+                values += map(_VALUE, recs)
+                self.n_kept += i - start
+            if i < len(addresses):
+                values.append(choice(addresses[i], dist, line))
+            start = i + 1
+        return values
+
+    def _family_redo(self, addresses, prev_recs, rest, dist):
+        """Positions (after the first) of the family elements that :meth:`choice` must handle:
+        constrained, new, or not a kept choice with the same distribution and a finite
+        log-density. Found with set operations when all the kept ones qualify."""
+        constrained = rest.intersection(self.constraints) if self.constraints else set()
+        present = list(filter(None, prev_recs[1:]))
+        if _all_kept(present, dist):
+            return sorted(map(addresses.index, constrained | rest.difference(self.prev._records)))
+        redo, same = [], None     # ``same``: a previous distribution object known to equal dist
+        for i in range(1, len(addresses)):
+            rec = prev_recs[i]
+            if (type(rec) is ChoiceRecord and rec.logpdf != _NEG_INF and addresses[i] not in constrained
+                    and (rec.dist is same or (same is None and dist.same_as(rec.dist)))):
+                same = rec.dist
+                continue
+            redo.append(i)
+        return redo
+
     def _validate(self, dist, address, line, may_be_impossible):
         """Whether ``dist``'s parameters are valid. Invalid parameters raise, unless the
         value is given (constraint or kept value) and the trace is already impossible:
@@ -364,10 +419,18 @@ class _Tracer:
     def finish_removed(self):
         if self.prev is None or self.mode not in (UPDATE, REGENERATE):
             return
-        if self.n_kept == len(self.prev._records):     # every old address is still there
+        prev_records = self.prev._records
+        if self.n_kept == len(prev_records):     # every old address is still there
             return
         records = self.records
-        for address, old in self.prev._records.items():
+        removed = prev_records.keys() - records.keys()
+        if self.n_kept + len(removed) == len(prev_records):
+            # nothing changed kind: only the removed addresses (in their old order) remain
+            candidates = [a for a in prev_records if a in removed] if len(removed) > 1 else removed
+        else:
+            candidates = prev_records
+        for address in candidates:
+            old = prev_records[address]
             new = records.get(address)
             if new is not None and type(new) is type(old) and (
                     type(old) is ChoiceRecord or new.trace.gen_fn == old.trace.gen_fn):
@@ -379,6 +442,29 @@ class _Tracer:
             else:
                 for sub, value in old.trace.get_choices().items():
                     self.discard[address + sub] = value
+
+
+#: Families shorter than this go element by element: the bulk path's set operations
+#: cost about what a few kept elements cost through ``choice``.
+_BULK_FAMILY = 8
+
+_DIST = operator.attrgetter("dist")
+_LOGPDF = operator.attrgetter("logpdf")
+_VALUE = operator.attrgetter("value")
+
+
+def _all_kept(recs, dist):
+    """Whether every record in ``recs`` is a choice with a finite log-density whose
+    distribution equals ``dist``, checked without a Python loop (a family's elements
+    usually share one previous distribution object)."""
+    if not recs:
+        return True
+    try:
+        dists = set(map(_DIST, recs))     # AttributeError: a sub-call's record
+    except AttributeError:
+        return False
+    return (len(dists) == 1 and dist.same_as(next(iter(dists)))
+            and min(map(_LOGPDF, recs)) != _NEG_INF)
 
 
 def _dynamic_trace():
@@ -405,9 +491,7 @@ def run_dynamic(gen_fn, args, prev, constraints, selection, mode):
     finally:
         _local.tracer = saved
     tracer.finish_removed()
-    score = 0.0
-    for record in tracer.records.values():
-        score += record.logpdf
+    score = sum(map(_LOGPDF, tracer.records.values()), 0.0)     # in order, as a loop would
     trace = _dynamic_trace()(gen_fn, args, retval, score, tracer.records)
     return Result(trace, tracer.weight, tracer.discard, tracer.fresh, tracer.n_used)
 

@@ -1,0 +1,314 @@
+"""Indexed families of choices: Fig. 1's ``[normal(0, 10) @ ("mu", j) for j in ...]`` as one step.
+
+A model that draws one choice per cluster writes a comprehension::
+
+    means = [normal(0.0, 10.0) @ ("mu", j) for j in range(1, k + 1)]
+
+Run as written, every ``update`` re-runs it element by element: K distribution
+objects, K traced choices, each kept one costing the full per-choice
+bookkeeping, although a move changes one or two of them. :func:`lower_families`
+recompiles such a comprehension into one call of :func:`choice_family`, which
+builds the distribution once and, in ``update``, keeps every unconstrained
+element with a few dictionary operations (Gen's ``Map`` does the same for an
+indexed family; here the user's loop is the family).
+
+Only comprehensions whose meaning cannot change are lowered:
+
+* one ``for`` over a plain name ``j``, no ``if``;
+* the element is ``CONSTRUCTOR(ARGS) @ ("name", j)``, with ``CONSTRUCTOR`` a
+  name or dotted name and ``ARGS`` positional, built from constants, names other
+  than ``j`` and arithmetic (so evaluating them once or K times is the same);
+* at run time ``CONSTRUCTOR`` must be one of the engine's distribution
+  constructors (pure), otherwise the original element runs once per key.
+
+The trace is the same, choice for choice, as the comprehension's: the same
+addresses in the same order, the same values drawn from the same random
+stream, the same errors at the same line. :func:`lower_families` recompiles a
+function only when it can verify that the source it read compiles to the
+function's own code (a file edited since import is left alone).
+"""
+
+from __future__ import annotations
+
+import __future__
+import ast
+import copy
+import inspect
+import linecache
+import sys
+import types
+
+from ..core import distributions as _distributions
+from .runtime import _local
+
+__all__ = ["choice_family", "lower_families", "lower_families_in_tree", "HELPER_NAME"]
+
+#: The name the lowered code calls (a closure cell of a lowered function; an attribute of
+#: the engine module in ``%%gen`` cells).
+HELPER_NAME = "_choice_family"
+
+_PURE_CONSTRUCTORS = frozenset(
+    [getattr(_distributions, name) for name in _distributions.__all__ if name != "Distribution"]
+)
+
+
+def _is_pure_constructor(constructor) -> bool:
+    try:
+        if constructor in _PURE_CONSTRUCTORS:
+            return True
+    except TypeError:       # an unhashable callable
+        return False
+    return isinstance(constructor, type) and issubclass(constructor, _distributions.Distribution)
+
+
+def choice_family(parts, namespace, keys, element, lineno):
+    """``[constructor(*args) @ (namespace, key) for key in keys]``: the lowered comprehension.
+
+    ``parts()`` gives ``(constructor, args)``; like the comprehension, it is not evaluated
+    when there are no keys. ``element`` is the original element as a function of the key,
+    run per key when the constructor is not one of the engine's distributions or no
+    program is being traced. ``lineno`` is the element's line (error messages name it).
+    """
+    __tracebackhide__ = True
+    tracer = getattr(_local, "tracer", None)
+    if tracer is None:
+        return [element(key) for key in keys]
+    if type(keys) is not range:
+        keys = list(keys)
+    if not keys:
+        return []
+    constructor, args = parts()
+    if not _is_pure_constructor(constructor):
+        return [element(key) for key in keys]
+    line = (sys._getframe(1).f_code.co_filename, lineno)
+    return tracer.choice_family(namespace, keys, constructor(*args), line)
+
+
+# ---------------------------------------------------------------------------
+# the AST pattern
+# ---------------------------------------------------------------------------
+_ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
+
+
+def _dotted_name(node) -> bool:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _invariant(node, key: str) -> bool:
+    """An expression that does not use ``key`` and has no effects: evaluated once or per key,
+    it gives the same value."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Name):
+        return node.id != key
+    if isinstance(node, ast.Attribute):
+        return _dotted_name(node) and _invariant(node.value, key)
+    if isinstance(node, ast.UnaryOp):
+        return isinstance(node.op, (ast.USub, ast.UAdd)) and _invariant(node.operand, key)
+    if isinstance(node, ast.BinOp):
+        return isinstance(node.op, _ARITHMETIC) and _invariant(node.left, key) and \
+            _invariant(node.right, key)
+    return False
+
+
+def _family_parts(node: ast.ListComp):
+    """``(constructor, args, namespace, key name, iterable)`` if ``node`` is a family, else None."""
+    if len(node.generators) != 1:
+        return None
+    gen = node.generators[0]
+    if gen.ifs or gen.is_async or not isinstance(gen.target, ast.Name):
+        return None
+    key = gen.target.id
+    elt = node.elt
+    if not (isinstance(elt, ast.BinOp) and isinstance(elt.op, ast.MatMult)):
+        return None
+    call, address = elt.left, elt.right
+    if not (isinstance(call, ast.Call) and not call.keywords and _dotted_name(call.func)
+            and _invariant(call.func, key)):
+        return None
+    if any(isinstance(a, ast.Starred) or not _invariant(a, key) for a in call.args):
+        return None
+    if not (isinstance(address, ast.Tuple) and len(address.elts) == 2):
+        return None
+    namespace, index = address.elts
+    if not (isinstance(namespace, ast.Constant) and isinstance(namespace.value, str)
+            and isinstance(index, ast.Name) and index.id == key):
+        return None
+    return call.func, call.args, namespace.value, key, gen.iter
+
+
+def _lambda(params, body):
+    return ast.Lambda(args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in params],
+                                         kwonlyargs=[], kw_defaults=[], defaults=[]),
+                      body=body)
+
+
+class _Lower(ast.NodeTransformer):
+    def __init__(self, helper):
+        self.helper = helper      # () -> the expression naming choice_family
+        self.count = 0
+
+    def visit_ListComp(self, node):
+        self.generic_visit(node)
+        parts = _family_parts(node)
+        if parts is None:
+            return node
+        func, args, namespace, key, iterable = parts
+        self.count += 1
+        parts = _lambda([], ast.Tuple(elts=[func, ast.Tuple(elts=list(args), ctx=ast.Load())],
+                                      ctx=ast.Load()))
+        call = ast.Call(
+            func=self.helper(),
+            args=[parts, ast.Constant(namespace), iterable, _lambda([key], node.elt),
+                  ast.Constant(node.elt.lineno)],
+            keywords=[])
+        return ast.fix_missing_locations(ast.copy_location(call, node))
+
+
+def lower_families_in_tree(tree, helper) -> int:
+    """Lower the families inside every function of ``tree`` in place; return how many.
+    ``helper()`` makes the expression that names :func:`choice_family` in that code."""
+    lowering = _Lower(helper)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.body = [lowering.visit(stmt) for stmt in node.body]
+    ast.fix_missing_locations(tree)
+    return lowering.count
+
+
+# ---------------------------------------------------------------------------
+# recompiling a function
+# ---------------------------------------------------------------------------
+_IDENTITY = "__imcmc_lab_identity__"
+_FUTURE_FLAGS = 0
+for _feature in __future__.all_feature_names:
+    _FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag
+_CO_NESTED = 0x10       # set on the recompiled code (it is defined inside a factory)
+
+
+def _imported_names(filename) -> list:
+    """Names bound by imports at the top level of ``filename``'s source: CPython 3.11
+    compiles ``name.attr(...)`` differently when ``name`` is imported there."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(filename)))
+    except (SyntaxError, ValueError):
+        return []
+    names, todo = [], list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names += [a.asname or a.name.split(".")[0] for a in node.names if a.name != "*"]
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def _factory(fn, def_node, extra_names, imported):
+    """A module whose one function binds ``fn``'s free variables (so the recompiled code
+    has them as free variables too) and returns the function ``def_node`` defines. The
+    module imports what ``fn``'s file imports (it is compiled, never run)."""
+    bound = list(fn.__code__.co_freevars) + list(extra_names) + [_IDENTITY]
+    assign = ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store()) for name in bound],
+                        value=ast.Constant(None))
+    # decorators have been applied already: keep their lines (the code's first line) only
+    def_node.decorator_list = [ast.copy_location(ast.Name(id=_IDENTITY, ctx=ast.Load()), d)
+                               for d in def_node.decorator_list]
+    factory = ast.FunctionDef(
+        name="__imcmc_lab_factory__",
+        args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=[assign, def_node, ast.Return(ast.Name(id=def_node.name, ctx=ast.Load()))],
+        decorator_list=[])
+    imports = [ast.Import(names=[ast.alias(name="__imcmc_lab_never_run__", asname=name)])
+               for name in imported]
+    module = ast.Module(body=imports + [factory], type_ignores=[])
+    for node in (*imports, *[i.names[0] for i in imports], assign, factory, *assign.targets, assign.value, factory.body[-1], factory.body[-1].value):
+        ast.copy_location(node, def_node)
+    ast.fix_missing_locations(module)
+    return module
+
+
+def _inner_code(module_code, name):
+    factory = next(c for c in module_code.co_consts if isinstance(c, types.CodeType)
+                   and c.co_name == "__imcmc_lab_factory__")
+    return next(c for c in factory.co_consts if isinstance(c, types.CodeType) and c.co_name == name)
+
+
+def _same_code(a, b) -> bool:
+    """The same program (bytecode, names, constants), line and column information aside."""
+    if (a.co_code != b.co_code or a.co_names != b.co_names or a.co_varnames != b.co_varnames
+            or a.co_freevars != b.co_freevars or a.co_cellvars != b.co_cellvars
+            or a.co_argcount != b.co_argcount or a.co_kwonlyargcount != b.co_kwonlyargcount
+            or (a.co_flags | _CO_NESTED) != (b.co_flags | _CO_NESTED)
+            or len(a.co_consts) != len(b.co_consts)):
+        return False
+    for x, y in zip(a.co_consts, b.co_consts):
+        if isinstance(x, types.CodeType) or isinstance(y, types.CodeType):
+            if not (isinstance(x, types.CodeType) and isinstance(y, types.CodeType) and _same_code(x, y)):
+                return False
+        elif type(x) is not type(y) or x != y:
+            return False
+    return True
+
+
+def _function_def(fn):
+    """The parsed ``def`` of ``fn`` at its file's line numbers, or None."""
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return None
+    text = "".join(lines)
+    indented = text[:1].isspace()
+    if indented:            # keep the columns: parse inside a block instead of dedenting
+        text = "if 1:\n" + text
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    node = tree.body[0].body[0] if indented else tree.body[0]
+    if not isinstance(node, ast.FunctionDef) or node.name != fn.__code__.co_name:
+        return None
+    ast.increment_lineno(node, first - (2 if indented else 1))
+    return node
+
+
+def lower_families(fn):
+    """``fn`` with its comprehension families lowered (see the module docstring), or ``fn``
+    itself when it has none or its source cannot be verified against its code."""
+    code = fn.__code__
+    if not any(isinstance(c, types.CodeType) and c.co_name == "<listcomp>" for c in code.co_consts):
+        return fn
+    if HELPER_NAME in code.co_names or HELPER_NAME in code.co_freevars:
+        return fn           # lowered already (a %%gen cell)
+    node = _function_def(fn)
+    if node is None:
+        return fn
+    filename, flags = code.co_filename, code.co_flags & _FUTURE_FLAGS
+    imported = _imported_names(filename)
+
+    def compiled(def_node, extra_names):
+        module = compile(_factory(fn, def_node, extra_names, imported), filename, "exec", flags=flags,
+                         dont_inherit=True)
+        return _inner_code(module, node.name)
+
+    try:
+        original = compiled(copy.deepcopy(node), ())
+        if not _same_code(original, code):
+            return fn       # the source on disk is not this function's (edited since import)
+        lowered_node = copy.deepcopy(node)
+        wrapper = ast.Module(body=[lowered_node], type_ignores=[])
+        if lower_families_in_tree(wrapper, lambda: ast.Name(id=HELPER_NAME, ctx=ast.Load())) == 0:
+            return fn
+        lowered = compiled(lowered_node, (HELPER_NAME,))
+    except (SyntaxError, ValueError, StopIteration):
+        return fn
+    cells = dict(zip(code.co_freevars, fn.__closure__ or ()))
+    cells[HELPER_NAME] = types.CellType(choice_family)
+    new = types.FunctionType(lowered.replace(co_qualname=code.co_qualname), fn.__globals__,
+                             fn.__name__, fn.__defaults__, tuple(cells[n] for n in lowered.co_freevars))
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__annotations__ = fn.__annotations__
+    new.__dict__.update(fn.__dict__)
+    new.__qualname__, new.__module__, new.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+    return new

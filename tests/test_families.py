@@ -1,0 +1,322 @@
+"""Comprehension families (imcmc_lab.modeling.families): the lowered body makes the same trace.
+
+``@gen`` recompiles ``[dist(args) @ ("name", j) for j in keys]`` into one family call whose
+``update`` keeps unchanged elements in bulk. Every test here runs the lowered and the
+unlowered (``@gen(lower=False)``) version of one program and asks for identical results:
+addresses in order, values, log-densities, weights, discards, and errors.
+"""
+
+from __future__ import annotations
+
+import linecache
+import math
+import random
+
+import pytest
+import torch
+
+import imcmc_lab as il
+from imcmc_lab.examples import mixture
+from imcmc_lab.modeling.families import lower_families
+
+
+def _both(fn):
+    return il.gen(fn), il.gen(fn, lower=False)
+
+
+def _snapshot(trace):
+    out = []
+    for address, rec in trace.flat_records().items():
+        value = rec.value
+        if isinstance(value, torch.Tensor):
+            value = tuple(value.reshape(-1).tolist())
+        out.append((address, value, rec.logpdf))
+    return out, trace.score, trace.retval if not isinstance(trace.retval, torch.Tensor) else trace.retval.tolist()
+
+
+def _discard(discard):
+    return sorted((str(a), str(v)) for a, v in discard.items())
+
+
+def test_fig1_model_is_lowered_and_transforms_are_not_touched():
+    assert mixture.gmm.lowered
+    assert not il.gen(mixture.gmm.__wrapped__, lower=False).lowered
+    assert mixture.gmm.__wrapped__.__code__ is not mixture.gmm.fn.__code__
+    assert not mixture.split_merge_aux.lowered       # no comprehension family in it
+
+
+def test_fig1_simulate_update_regenerate_assess_identical():
+    lowered, plain = mixture.gmm, il.gen(mixture.gmm.__wrapped__, lower=False)
+    rng = random.Random(1)
+    for seed in range(30):
+        given = {"k": rng.choice([1, 3, 9, 14, 20])}      # families below and above _BULK_FAMILY
+        torch.manual_seed(seed)
+        a = lowered.generate((15,), given)[0]
+        torch.manual_seed(seed)
+        b = plain.generate((15,), given)[0]
+        assert _snapshot(a) == _snapshot(b)
+        k = a["k"]
+        new_k = max(1, k + rng.choice([-2, -1, 0, 1, 2]))
+        constraints = {"k": new_k}
+        for j in rng.sample(range(1, new_k + 1), min(new_k, rng.randint(0, 3))):
+            constraints[("mu", j)] = rng.gauss(0, 5)
+        for j in range(k + 1, new_k + 1):
+            constraints[("mu", j)], constraints[("var", j)] = rng.gauss(0, 5), rng.uniform(0.5, 3)
+        if new_k != k:
+            constraints["weights"] = torch.full((new_k,), 1.0 / new_k, dtype=torch.float64)
+        ta, wa, da = a.update(constraints)
+        tb, wb, db = b.update(constraints)
+        assert _snapshot(ta) == _snapshot(tb) and wa == wb and _discard(da) == _discard(db)
+        selection = il.select(("mu", 1), ("var", min(2, new_k)))
+        torch.manual_seed(seed)
+        ra, rwa = ta.regenerate(selection)
+        torch.manual_seed(seed)
+        rb, rwb = tb.regenerate(selection)
+        assert _snapshot(ra) == _snapshot(rb) and rwa == rwb
+        choices = dict(ta.get_choices().items())
+        assert lowered.assess((15,), choices) == plain.assess((15,), choices)
+
+
+@il.gen
+def _sub(scale):
+    return il.normal(0.0, scale) @ "z"
+
+
+def _hierarchical(n):
+    scale = il.gamma(2.0, 1.0) @ "scale"
+    xs = [il.normal(0.0, scale) @ ("x", i) for i in range(n)]        # arguments from a choice
+    ys = [il.normal(1.0, 2.0) @ ("y", i) for i in ["a", "b", "c"]]   # string keys
+    flags = [il.bernoulli(0.3) @ ("flag", i) for i in range(n)]       # discrete
+    [_sub(2.0) @ ("sub", i) for i in range(2)]                        # sub-calls: not a family
+    return sum(float(x) for x in xs) + sum(float(y) for y in ys) + sum(flags)
+
+
+def test_family_whose_distribution_depends_on_a_changed_choice():
+    lowered, plain = _both(_hierarchical)
+    assert lowered.lowered
+    for seed in range(10):
+        torch.manual_seed(seed)
+        a = lowered.simulate(10)
+        torch.manual_seed(seed)
+        b = plain.simulate(10)
+        assert _snapshot(a) == _snapshot(b)
+        for constraints in ({"scale": 0.5 + seed}, {("x", 2): 0.1, ("y", "b"): -1.0},
+                            {("flag", 0): True, "scale": 3.0}, {}):
+            ta, wa, da = a.update(constraints)
+            tb, wb, db = b.update(constraints)
+            assert _snapshot(ta) == _snapshot(tb) and wa == wb and _discard(da) == _discard(db)
+        for n in (3, 8, 14):     # elements removed; new elements sampled
+            torch.manual_seed(seed)
+            ta, wa, da = a.update({}, args=(n,))
+            torch.manual_seed(seed)
+            tb, wb, db = b.update({}, args=(n,))
+            assert _snapshot(ta) == _snapshot(tb) and wa == wb and _discard(da) == _discard(db)
+
+
+def test_kept_value_outside_the_new_support_scores_minus_infinity_in_both():
+    def model():
+        lo = il.uniform(0.0, 1.0) @ "lo"
+        return [il.uniform(lo, 2.0) @ ("u", i) for i in range(12)]
+
+    lowered, plain = _both(model)
+    torch.manual_seed(0)
+    a = lowered.simulate()
+    torch.manual_seed(0)
+    b = plain.simulate()
+    bump = max(float(a["u", i]) for i in range(12)) + 0.01
+    ta, wa, _ = a.update({"lo": min(bump, 1.99)})
+    tb, wb, _ = b.update({"lo": min(bump, 1.99)})
+    assert wa == wb == -math.inf and _snapshot(ta) == _snapshot(tb)
+    back_a, wa2, _ = ta.update({"lo": 0.0})      # records at -inf are re-scored, not reused
+    back_b, wb2, _ = tb.update({"lo": 0.0})
+    assert wa2 == wb2 and _snapshot(back_a) == _snapshot(back_b)
+
+
+def _error_of(gen_fn):
+    try:
+        gen_fn.simulate()
+    except Exception as exc:      # noqa: BLE001 - the test compares whatever is raised
+        return type(exc), str(exc)
+    return None
+
+
+@pytest.mark.parametrize("body", [
+    "[il.normal(0.0, 1.0) @ ('x', j) for j in [1, 2, 1]]",            # a repeated key
+    "[il.normal(0.0, 1.0) @ ('x', j) for j in [1.5, 2]]",             # not an address key
+    "[il.normal(0.0, -1.0) @ ('x', j) for j in range(3)]",            # invalid parameters
+    "[il.normal(0.0, 1.0) @ ('k', j) for j in range(3)]",             # 'k' is a leaf already
+])
+def test_errors_are_the_same(body, tmp_path):
+    source = f"def model():\n    k = il.poisson(2.0) @ 'k'\n    return {body}\n"
+    path = tmp_path / "model_src.py"
+    path.write_text(source)
+    namespace = {"il": il}
+    exec(compile(source, str(path), "exec"), namespace)
+    lowered, plain = _both(namespace["model"])
+    assert lowered.lowered
+    torch.manual_seed(0)
+    got_lowered = _error_of(lowered)
+    torch.manual_seed(0)
+    got_plain = _error_of(plain)
+    assert got_lowered is not None and got_lowered == got_plain
+    assert "line 3" in got_lowered[1] or got_lowered[0] is TypeError
+
+
+def test_errors_in_update_are_the_same():
+    def model(keys):
+        return [il.normal(0.0, 1.0) @ ("x", j) for j in keys]
+
+    lowered, plain = _both(model)
+    torch.manual_seed(0)
+    keys = list(range(1, 13))
+    a = lowered.simulate(keys)
+    torch.manual_seed(0)
+    b = plain.simulate(keys)
+    for keys in (keys + [2], keys[:5] + [2.5] + keys[5:], keys[::-1]):
+        got = []
+        for trace in (a, b):
+            try:
+                trace.update({}, args=(keys,))
+                got.append(None)
+            except Exception as exc:    # noqa: BLE001 - compare whatever is raised
+                got.append((type(exc), str(exc)))
+        assert got[0] == got[1]
+        assert (got[0] is None) == (2.5 not in keys and len(set(keys)) == len(keys))
+
+
+def test_only_invariant_patterns_are_lowered():
+    calls = []
+
+    def noisy_normal(mean, std):
+        calls.append(1)
+        return il.normal(mean, std)
+
+    def model():
+        a = [il.normal(j, 1.0) @ ("a", j) for j in range(3)]                     # args use j
+        b = [il.normal(0.0, std=1.0) @ ("b", j) for j in range(3)]              # keyword
+        c = [il.normal(0.0, 1.0) @ ("c", j) for j in range(6) if j % 2]         # filter
+        d = [il.normal(0.0, 1.0) @ ("d", i, j) for i in range(2) for j in range(2)]
+        e = [noisy_normal(0.0, 1.0) @ ("e", j) for j in range(4)]               # not ours: per key
+        return a, b, c, d, e
+
+    import ast
+    import inspect
+    import textwrap
+
+    from imcmc_lab.modeling.families import lower_families_in_tree
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(model)))
+    # only the last: its constructor is checked at run time (and is not the engine's)
+    assert lower_families_in_tree(tree, lambda: ast.Name(id="f", ctx=ast.Load())) == 1
+    lowered, plain = _both(model)
+    assert lowered.lowered
+    torch.manual_seed(3)
+    a = lowered.simulate()
+    torch.manual_seed(3)
+    b = plain.simulate()
+    assert _snapshot(a) == _snapshot(b)
+    assert len(calls) == 8           # noisy_normal ran once per key in both
+    ta, wa, _ = a.update({("e", 2): 0.5, ("c", 3): 1.0})
+    tb, wb, _ = b.update({("e", 2): 0.5, ("c", 3): 1.0})
+    assert _snapshot(ta) == _snapshot(tb) and wa == wb
+
+
+def test_closures_stay_live():
+    def make():
+        scale = 1.0
+
+        @il.gen
+        def model(n):
+            return [il.normal(0.0, scale) @ ("x", j) for j in range(n)]
+
+        def set_scale(value):
+            nonlocal scale
+            scale = value
+
+        return model, set_scale
+
+    model, set_scale = make()
+    assert model.lowered
+    set_scale(1e-9)
+    torch.manual_seed(0)
+    trace = model.simulate(3)
+    assert all(abs(float(trace["x", j])) < 1e-6 for j in range(3))
+
+
+def test_stale_source_is_not_lowered():
+    filename = "<imcmc-lab-test-stale>"
+    source = "def model():\n    return [normal(0.0, 1.0) @ ('x', j) for j in range(3)]\n"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"normal": il.normal}
+    exec(compile(source, filename, "exec"), namespace)
+    fn = namespace["model"]
+    assert lower_families(fn) is not fn
+    edited = source.replace("1.0", "2.0")        # the text changed after the code was compiled
+    linecache.cache[filename] = (len(edited), None, edited.splitlines(True), filename)
+    assert lower_families(fn) is fn
+    del linecache.cache[filename]
+    assert lower_families(fn) is fn             # no source at all
+
+
+def test_the_bulk_path_is_exercised():
+    from imcmc_lab.modeling import runtime
+    assert runtime._BULK_FAMILY <= 9          # the tests above use families of 9 and more
+
+
+def test_update_keeps_unchanged_elements_without_rescoring():
+    trace, _ = mixture.gmm.generate((20,), {"k": 30})
+    with il.count_work() as work:
+        new, _, _ = trace.update({("mu", 7): 0.25})
+    # "mu", 7 and the data (whose mixture depends on the means) are scored; nothing else
+    assert work.logpdf_evaluations == 2
+    assert new["mu", 8] is trace["mu", 8]
+
+
+def test_gen_cell_is_lowered_and_errors_keep_cell_lines():
+    from imcmc_lab.magics.compiler import compile_gen_cell
+    body = ("def model(n):\n"
+            "    k = poisson(2.0) @ 'k'\n"
+            "    return [normal(0.0, 1.0) @ ('x', j) for j in [1, 1][:n]]\n")
+    compiled = compile_gen_cell(body, "<cell-families>")
+    namespace = {"__imcmc_lab__": il, "poisson": il.poisson, "normal": il.normal}
+    exec(compiled.code, namespace)
+    model = namespace["model"]
+    assert model.lowered
+    torch.manual_seed(0)
+    trace = model.simulate(1)
+    assert [a for a in trace.flat_records()] == [("k",), ("x", 1)]
+    with pytest.raises(il.DuplicateAddressError, match="line 4"):
+        model.simulate(2)      # the cell's line 4 (line 1 is %%gen)
+
+
+def test_a_later_duplicate_of_a_kept_element_names_the_family_line():
+    def model(again):
+        xs = [il.normal(0.0, 1.0) @ ("x", j) for j in range(12)]
+        if again:
+            il.normal(0.0, 1.0) @ ("x", 9)
+        return xs
+
+    lowered, plain = _both(model)
+    torch.manual_seed(0)
+    a, b = lowered.simulate(False), plain.simulate(False)
+    messages = []
+    for trace in (a, b):
+        with pytest.raises(il.DuplicateAddressError) as err:
+            trace.update({("x", 0): 0.5}, args=(True,))
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    line = model.__code__.co_firstlineno + 1
+    assert f"first at line {line}" in messages[0]
+
+
+def test_an_empty_family_evaluates_nothing():
+    def model(n):
+        # a misspelled constructor: the comprehension never evaluates it when n == 0
+        return [normall(0.0, 1.0) @ ("x", j) for j in range(n)]   # noqa: F821
+
+    lowered, plain = _both(model)
+    assert lowered.lowered
+    assert lowered.simulate(0).retval == plain.simulate(0).retval == []
+    for gen_fn in (lowered, plain):
+        with pytest.raises(NameError):
+            gen_fn.simulate(2)
