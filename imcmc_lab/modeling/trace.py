@@ -46,9 +46,6 @@ class CallRecord:
         return self.trace.score
 
 
-_ONLY_CHOICES = frozenset([ChoiceRecord])
-
-
 class Trace:
     """Base class of traces. Subclasses provide ``_records`` (address -> record)."""
 
@@ -70,10 +67,6 @@ class Trace:
     def flat_records(self) -> dict:
         """Every random choice, by full address -> :class:`ChoiceRecord` (cached)."""
         if self._flat is None:
-            records = getattr(self, "_records", None)
-            if records is not None and set(map(type, records.values())) <= _ONLY_CHOICES:
-                self._flat = dict(records)      # no sub-calls: a copy, without a Python loop
-                return self._flat
             flat = {}
             for address, record in self._record_items():
                 if type(record) is ChoiceRecord:

@@ -9,6 +9,7 @@ computes ``log |det J|`` on what copies leave over.
 
 from __future__ import annotations
 
+import functools
 import math
 from itertools import chain
 from operator import attrgetter, itemgetter
@@ -199,7 +200,7 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
             key = (side, address)
             read = reads.get(key)
             if read is not None and read.leaf is not None:
-                group = CoordinateGroup.of_choice(_IN[side], address, rec.dist, rec.value)
+                group = CoordinateGroup(_IN[side], address, rec.dist, rec.value)
                 read_inputs.append((group, read.leaf))   # every continuous read, for dense()
                 if key not in consumed:
                     remaining_inputs.append((group, read.leaf))
@@ -233,12 +234,10 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
         )
     (rows, cols, matrix, blocks, logdet), pass_through, rows_source = reduced_jacobian(
         written_outputs, remaining_inputs, floats)
-    memo = []
 
+    @functools.cache
     def every_copy():       # consumed, implicit copies of untouched addresses included: once, on demand
-        if not memo:
-            memo.append(_match_outputs(run, ((MODEL, xn_flat), (AUX, yn_flat)))[0])
-        return memo[0]
+        return _match_outputs(run, ((MODEL, xn_flat), (AUX, yn_flat)))[0]
 
     # dense() differentiates with respect to every continuous read, including reads of
     # copied coordinates (their columns are not unit columns when a written value uses them).
@@ -286,7 +285,7 @@ def _match_outputs(run, sides):
             key = (side, address)
             write = writes.get(key)
             if write is not None:
-                group = CoordinateGroup.of_choice(_OUT[side], address, rec.dist, rec.value)
+                group = CoordinateGroup(_OUT[side], address, rec.dist, rec.value)
                 if floats:
                     value = write.tangent[:-1] if rec.dist.simplex else write.tangent
                 else:
@@ -310,7 +309,7 @@ def _coordinate_groups(flats, consumed, copied_to):
     """``(inputs, outputs, eliminated)`` as :class:`CoordinateGroup` lists, one entry per
     continuous address, in trace order; eliminated entries are ``(source, destination, kind)``."""
     x_flat, y_flat, xn_flat, yn_flat = flats
-    inputs = [CoordinateGroup.of_choice(_IN[side], a, r.dist, r.value)
+    inputs = [CoordinateGroup(_IN[side], a, r.dist, r.value)
               for side, flat in ((MODEL, x_flat), (AUX, y_flat))
               for a, r in flat.items() if not r.dist.discrete]
     outputs, eliminated = [], []
@@ -319,13 +318,13 @@ def _coordinate_groups(flats, consumed, copied_to):
         for address, rec in flat.items():
             if rec.dist.discrete:
                 continue
-            group = CoordinateGroup.of_choice(_OUT[side], address, rec.dist, rec.value)
+            group = CoordinateGroup(_OUT[side], address, rec.dist, rec.value)
             outputs.append(group)
             src = by_destination.get((side, address))
             if src is not None:
                 src_rec = (x_flat if src[0] == MODEL else y_flat)[src[1]]
                 kind = "copy" if (side, address) in copied_to else "implicit"
-                eliminated.append((CoordinateGroup.of_choice(_IN[src[0]], src[1], src_rec.dist, src_rec.value),
+                eliminated.append((CoordinateGroup(_IN[src[0]], src[1], src_rec.dist, src_rec.value),
                                    group, kind))
     return inputs, outputs, eliminated
 

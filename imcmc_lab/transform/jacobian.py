@@ -70,13 +70,8 @@ class CoordinateGroup(tuple):
 
     __slots__ = ()
 
-    def __new__(cls, trace, address, value):
-        vector = isinstance(value, torch.Tensor) and value.ndim > 0
-        return tuple.__new__(cls, (trace, address, value.numel() if vector else 1, vector))
-
-    @classmethod
-    def of_choice(cls, trace, address, dist, value):
-        """The group of ``free_part(dist, value)``, without slicing the value."""
+    def __new__(cls, trace, address, dist, value):
+        """The coordinates of ``free_part(dist, value)``, counted without slicing the value."""
         if not (isinstance(value, torch.Tensor) and value.ndim > 0):
             return tuple.__new__(cls, (trace, address, 1, False))
         size = value.numel()
@@ -104,10 +99,7 @@ class CoordinateGroup(tuple):
         return _tuple_new(Coordinate, (self[0], self[1], index if self[3] else None))
 
     def expand(self):
-        trace, address, size, vector = self
-        if vector:
-            return [_tuple_new(Coordinate, (trace, address, i)) for i in range(size)]
-        return [_tuple_new(Coordinate, (trace, address, None))]
+        return [self.coordinate(i) for i in range(self[2])]
 
 
 _tuple_new = tuple.__new__
