@@ -132,6 +132,18 @@ def test_kept_value_outside_the_new_support_scores_minus_infinity_in_both():
     assert wa2 == wb2 and _snapshot(back_a) == _snapshot(back_b)
 
 
+def _both_from_source(source, tmp_path):
+    """The lowered and unlowered versions of ``model`` defined in ``source`` (from a real
+    file: lowering needs the source; errors quote its lines)."""
+    path = tmp_path / "model_src.py"
+    path.write_text(source)
+    namespace = {"il": il}
+    exec(compile(source, str(path), "exec"), namespace)
+    lowered, plain = _both(namespace["model"])
+    assert lowered.lowered
+    return lowered, plain
+
+
 def _error_of(gen_fn):
     try:
         gen_fn.simulate()
@@ -148,12 +160,7 @@ def _error_of(gen_fn):
 ])
 def test_errors_are_the_same(body, tmp_path):
     source = f"def model():\n    k = il.poisson(2.0) @ 'k'\n    return {body}\n"
-    path = tmp_path / "model_src.py"
-    path.write_text(source)
-    namespace = {"il": il}
-    exec(compile(source, str(path), "exec"), namespace)
-    lowered, plain = _both(namespace["model"])
-    assert lowered.lowered
+    lowered, plain = _both_from_source(source, tmp_path)
     torch.manual_seed(0)
     got_lowered = _error_of(lowered)
     torch.manual_seed(0)
@@ -182,6 +189,25 @@ def test_errors_in_update_are_the_same():
                 got.append((type(exc), str(exc)))
         assert got[0] == got[1]
         assert (got[0] is None) == (2.5 not in keys and len(set(keys)) == len(keys))
+
+
+@pytest.mark.parametrize("later", [
+    "il.normal(0.0, 1.0) @ 'x'",          # the family's namespace as a leaf
+    "il.normal(0.0, 1.0) @ ('x', 0)",     # a duplicate of the first element
+    "il.normal(0.0, 1.0) @ ('x', 11)",    # a duplicate of the last
+])
+def test_a_family_kept_whole_still_claims_its_addresses(later, tmp_path):
+    source = (f"def model(again):\n    xs = [il.normal(0.0, 1.0) @ ('x', j) for j in range(12)]\n"
+              f"    if again:\n        {later}\n    return xs\n")
+    lowered, plain = _both_from_source(source, tmp_path)
+    got = []
+    for gen_fn in (lowered, plain):
+        trace = gen_fn.simulate(False)
+        with pytest.raises((il.AddressError, il.DuplicateAddressError)) as err:    # all kept: same keys
+            trace.update({}, args=(True,))
+        got.append((type(err.value), str(err.value)))
+    assert got[0] == got[1]
+    assert "line 4" in got[0][1] and ("line 2" in got[0][1] or "namespace" in got[0][1])
 
 
 def test_only_invariant_patterns_are_lowered():
@@ -320,3 +346,116 @@ def test_an_empty_family_evaluates_nothing():
     for gen_fn in (lowered, plain):
         with pytest.raises(NameError):
             gen_fn.simulate(2)
+
+
+def _windows(m):
+    lo = il.uniform_discrete(0, 6) @ "lo"
+    hi = il.uniform_discrete(lo + 8, lo + 20) @ "hi"
+    loc = il.normal(0.0, 1.0) @ "loc"
+    bound = il.uniform(0.0, 1.0) @ "bound"
+    ws = [il.normal(loc, 1.0) @ ("w", j) for j in range(lo, hi)]        # a sliding window of keys
+    us = [il.uniform(bound, 3.0) @ ("u", j) for j in range(hi - lo)]    # may leave the support
+    zs = []
+    for block in range(2):      # one line, one namespace, two families with different keys
+        zs += [il.normal(0.0, 2.0) @ ("z", j) for j in range(block * m, (block + 1) * m)]
+    return float(sum(ws)) + float(sum(us)) + float(sum(zs))
+
+
+def test_chains_of_updates_through_remembered_families_are_identical():
+    """Each update starts from the previous update's trace, whose families it remembers:
+    windows sliding both ways, constrained elements, changed distributions, elements
+    leaving the support and coming back, and a changed number of keys."""
+    lowered, plain = _both(_windows)
+    assert lowered.lowered
+    rng = random.Random(7)
+    torch.manual_seed(3)
+    a = lowered.generate((9,), {"lo": 3, "hi": 20})[0]
+    torch.manual_seed(3)
+    b = plain.generate((9,), {"lo": 3, "hi": 20})[0]
+    assert _snapshot(a) == _snapshot(b)
+    for step in range(120):
+        lo, hi = a["lo"], a["hi"]
+        constraints, args = {}, None
+        kind = rng.randrange(6)
+        if kind == 0:
+            new_lo = rng.randint(0, 6)
+            constraints = {"lo": new_lo, "hi": rng.randint(new_lo + 8, new_lo + 20)}
+        elif kind == 1:
+            for j in rng.sample(range(lo, hi), 3):
+                constraints[("w", j)] = rng.gauss(0.0, 1.0)
+            constraints[("u", rng.randrange(hi - lo))] = rng.uniform(0.0, 3.0)
+        elif kind == 2:
+            constraints = {"loc": rng.gauss(0.0, 1.0)}
+        elif kind == 3:
+            constraints = {"bound": rng.choice([0.0, 0.5, 0.99, 2.9])}   # may put us at -inf
+        elif kind == 4:
+            args = (rng.choice([8, 9, 12]),)
+        torch.manual_seed(step)
+        ta, wa, da = a.update(constraints, args=args)
+        torch.manual_seed(step)
+        tb, wb, db = b.update(constraints, args=args)
+        assert _snapshot(ta) == _snapshot(tb), step
+        assert (wa == wb or math.isnan(wa) and math.isnan(wb)) and _discard(da) == _discard(db), step
+        if ta.score > -math.inf or rng.random() < 0.5:     # walk on, sometimes through -inf
+            a, b = ta, tb
+
+
+def test_split_merge_chains_are_identical_lowered_and_unlowered():
+    """Fig. 1's kernel on both versions of the model: the lowered one keeps its families
+    (and the means' and variances' floats, which the mixture reads) from move to move."""
+    plain = il.gen(mixture.gmm.__wrapped__, lower=False)
+    data = mixture.synthetic_data(30, seed=2)
+    torch.manual_seed(0)
+    a = mixture.gmm.generate((30,), {"x": data, "k": 12})[0]
+    torch.manual_seed(0)
+    b = plain.generate((30,), {"x": data, "k": 12})[0]
+    kernel = il.InvolutiveKernel(mixture.split_merge_aux, (), mixture.split_merge)
+    accepted = remembered = 0
+    for step in range(150):
+        torch.manual_seed(step)
+        a, accepted_a = kernel(a)
+        torch.manual_seed(step)
+        b, accepted_b = kernel(b)
+        assert accepted_a == accepted_b and _snapshot(a) == _snapshot(b), step
+        accepted += accepted_a
+        remembered += bool(a._families) and accepted_a
+    assert accepted >= 10 and remembered >= 5    # accepted moves, at k >= 8 (families remembered)
+
+
+def test_family_values_know_their_floats_until_changed():
+    from imcmc_lab.core.values import ScalarList
+
+    def model(k):
+        return [il.normal(0.0, 1.0) @ ("z", j) for j in range(k)]
+
+    gen_fn = il.gen(model)
+    trace = gen_fn.simulate(12)
+    new, _, _ = trace.update({("z", 3): 0.5}, args=(14,))
+    values = new.retval
+    assert type(values) is ScalarList
+    assert values.floats() == tuple(float(v) for v in values)     # from the old floats and the redone ones
+    assert values.floats()[3] == 0.5
+    values[0] = torch.tensor(9.0, dtype=torch.float64)
+    assert values.floats() is None                               # a changed list forgets its floats
+    assert type(gen_fn.simulate(3).retval) is list               # short families: plain lists
+    grad = torch.tensor(0.25, dtype=torch.float64, requires_grad=True)
+    tracked, _, _ = trace.update({("z", 5): grad})
+    assert tracked.retval.floats() is None                       # a tracked value: no floats
+
+
+@pytest.mark.parametrize("k", [3, 12, 40])
+def test_mixture_from_family_lists_scores_like_stacked_tensors(k):
+    from imcmc_lab.core.values import ScalarList
+
+    torch.manual_seed(k)
+    means = [torch.randn((), dtype=torch.float64) * 3 for _ in range(k)]
+    variances = [torch.rand((), dtype=torch.float64) + 0.1 for _ in range(k)]
+    weights = torch.distributions.Dirichlet(torch.ones(k, dtype=torch.float64)).sample()
+    known = (ScalarList(means, lambda: tuple(map(float, means))),
+             ScalarList(variances, lambda: tuple(map(float, variances))))
+    stacked = il.mixture_of_normals(weights, torch.stack(means), torch.stack(variances))
+    from_lists = il.mixture_of_normals(weights, *known)
+    assert torch.equal(from_lists.means, stacked.means) and torch.equal(from_lists.variances, stacked.variances)
+    assert from_lists.same_as(stacked)
+    for x in (torch.tensor(0.3, dtype=torch.float64), torch.randn(50, dtype=torch.float64) * 4):
+        assert torch.equal(from_lists.log_prob(x), stacked.log_prob(x))

@@ -16,16 +16,86 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 
 import torch
 
 DTYPE = torch.float64
 
-__all__ = ["DTYPE", "as_real", "values_equal", "values_close", "format_value", "is_tensor"]
+__all__ = ["DTYPE", "as_real", "values_equal", "values_close", "format_value", "is_tensor", "ScalarList"]
 
 
 def is_tensor(x) -> bool:
     return isinstance(x, torch.Tensor)
+
+
+class ScalarList(list):
+    """A list of values that may also know them as Python floats, without converting the
+    values one by one.
+
+    An indexed family of choices (``[normal(0, 10) @ ("mu", j) for j in keys]``, see
+    :mod:`imcmc_lab.modeling.families`) returns one: its values are 0-d float64 tensors,
+    most of them kept from the previous trace, which already knew their floats.
+    Distributions that take a vector parameter (``mixture_of_normals``) read
+    :meth:`floats` instead of stacking the tensors. Otherwise it is an ordinary list;
+    changing it forgets the floats, and a copy or a pickle is a plain list.
+    """
+
+    __slots__ = ("_floats",)
+
+    def __init__(self, values=(), floats=None):
+        super().__init__(values)
+        # A function giving the values as a tuple of floats (None if they are not all
+        # float64 0-d tensors outside autograd), or None: not known.
+        self._floats = floats
+
+    def floats(self):
+        """The values as a tuple of Python floats, or ``None`` if that is not known cheaply
+        (or the values are not all float64 0-d tensors outside autograd)."""
+        return None if self._floats is None else self._floats()
+
+    def __reduce__(self):
+        return list, (list(self),)
+
+
+def _forgetting(name):
+    method = getattr(list, name)
+
+    def change(self, *args, **kwargs):
+        self._floats = None
+        return method(self, *args, **kwargs)
+
+    change.__name__ = change.__qualname__ = name
+    return change
+
+
+for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert",
+              "pop", "remove", "clear", "sort", "reverse"):
+    setattr(ScalarList, _name, _forgetting(_name))
+del _name
+
+
+def plain_float(value):
+    """``value`` as a Python float if it is a float64 0-d tensor outside autograd, else ``None``."""
+    if type(value) is torch.Tensor and value.dtype is DTYPE and not value.ndim and not value.requires_grad:
+        return value.item()
+    return None
+
+
+def plain_floats(values):
+    """``values`` as a tuple of Python floats if they are all float64 0-d tensors outside
+    autograd, else ``None`` (checked with C-level passes, not a Python loop)."""
+    if not values or set(map(type, values)) != {torch.Tensor}:
+        return None
+    if (set(map(_DTYPE_OF, values)) != {DTYPE} or max(map(_NDIM_OF, values))
+            or any(map(_REQUIRES_GRAD_OF, values))):
+        return None
+    return tuple(map(torch.Tensor.item, values))
+
+
+_DTYPE_OF = operator.attrgetter("dtype")
+_NDIM_OF = operator.attrgetter("ndim")
+_REQUIRES_GRAD_OF = operator.attrgetter("requires_grad")
 
 
 def as_real(x) -> torch.Tensor:

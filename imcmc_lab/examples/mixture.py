@@ -57,7 +57,7 @@ def gmm(n):
     means = [normal(0.0, 10.0) @ ("mu", j) for j in range(1, k + 1)]
     variances = [inv_gamma(1.0, 10.0) @ ("var", j) for j in range(1, k + 1)]
     weights = dirichlet(torch.full((k,), DIRICHLET_ALPHA, dtype=torch.float64)) @ "weights"
-    iid(mixture_of_normals(weights, torch.stack(means), torch.stack(variances)), n) @ "x"
+    iid(mixture_of_normals(weights, means, variances), n) @ "x"      # lists, as in Fig. 1b
     return k
 
 

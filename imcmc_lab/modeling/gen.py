@@ -103,11 +103,14 @@ class DynamicGenFunction(GenerativeFunction):
 class DynamicTrace(Trace):
     """Trace of a :class:`DynamicGenFunction`: records keyed by local address."""
 
-    __slots__ = ("_records",)
+    __slots__ = ("_records", "_families")
 
-    def __init__(self, gen_fn, args, retval, score, records):
+    def __init__(self, gen_fn, args, retval, score, records, families=None):
         super().__init__(gen_fn, args, retval, score)
         self._records = records
+        # (namespace, line) -> runtime._Family: the run's indexed families, which the next
+        # update keeps in slices (the records above hold the same choices, one by one)
+        self._families = families
 
     def _record_items(self):
         return self._records.items()

@@ -22,7 +22,7 @@ import threading
 
 from ..core.address import format_address, normalize_address, did_you_mean
 from ..core.choicemap import ChoiceMap, as_choicemap, as_selection
-from ..core.values import format_value, values_equal
+from ..core.values import ScalarList, format_value, plain_float, plain_floats, values_equal
 from ..errors import (AddressError, ConstraintError, DistributionError,
                       DuplicateAddressError)
 from .trace import CallRecord, ChoiceRecord
@@ -172,8 +172,8 @@ def run_child(gen_fn, args, prev_sub, sub_constraints, sub_selection, mode):
 # ---------------------------------------------------------------------------
 class _Tracer:
     __slots__ = ("gen_fn", "mode", "prev", "constraints", "selection", "records", "lines",
-                 "namespaces", "weight", "discard", "fresh", "n_used", "_groups", "impossible",
-                 "grad_terms", "n_kept")
+                 "family_lines", "namespaces", "weight", "discard", "fresh", "n_used", "_groups",
+                 "impossible", "grad_terms", "n_kept", "families")
 
     def __init__(self, gen_fn, mode, prev, constraints, selection):
         self.gen_fn, self.mode, self.prev = gen_fn, mode, prev
@@ -181,6 +181,9 @@ class _Tracer:
         self.selection = selection
         self.records = {}
         self.lines = {}
+        # (addresses, line) of the families whose elements were not entered in ``lines``
+        # one by one (error messages look them up there)
+        self.family_lines = []
         self.namespaces = set()
         self.weight = 0.0
         self.discard = {}
@@ -195,6 +198,8 @@ class _Tracer:
         # addresses of ``prev`` visited again with a record of the same kind (and callee):
         # when that is all of them, finish_removed has nothing to do
         self.n_kept = 0
+        # (namespace, line) -> _Family: the indexed families of this run, for the next update
+        self.families = None
 
     # -- address bookkeeping ---------------------------------------------
     def _claim(self, address, line, what):
@@ -220,7 +225,8 @@ class _Tracer:
         if not address:
             raise AddressError(f"the empty address () cannot hold a {what}; give it a name")
         if address in self.records:
-            first = self.lines[address]
+            first = self.lines.get(address) or next(
+                line for addresses, line in self.family_lines if address in addresses)
             raise DuplicateAddressError(
                 f"address {format_address(address)} is sampled twice in one execution of "
                 f"{self.gen_fn.name}: first at {_describe_line(first)}; again at "
@@ -306,44 +312,92 @@ class _Tracer:
 
         Each element means exactly what :meth:`choice` makes of it. In ``update`` an
         element that is unconstrained, kept, and has the same distribution as before
-        reuses its record here with a few dictionary operations; any other element
-        (the first, which claims the namespace, constrained, new, changed, or an
-        error to report) goes through :meth:`choice`.
+        reuses its record here without a Python-level step of its own: the previous
+        trace remembers each family (:class:`_Family`), so the kept elements are the
+        slices between the few that :meth:`choice` must handle (constrained, new, changed
+        or erroneous elements).
         """
         choice = self.choice
-        addresses = ([(namespace, key) for key in keys] if type(keys) is range
-                     else [normalize_address((namespace, key)) for key in keys])
-        if self.mode != UPDATE or self.prev is None or len(addresses) < _BULK_FAMILY:
+        addresses, rest = _family_addresses(namespace, keys)
+        if len(addresses) < _BULK_FAMILY or self.mode == ASSESS:
             return [choice(address, dist, line) for address in addresses]
-        values = [choice(addresses[0], dist, line)]     # claims the namespace (or raises)
-        rest = set(addresses[1:])
+        if self.mode != UPDATE or self.prev is None:
+            values = [choice(address, dist, line) for address in addresses]
+            return self._remember_family(namespace, line, keys, addresses, dist, values)
+        if rest is None:
+            rest = frozenset(addresses[1:])
         if (len(rest) != len(addresses) - 1 or not rest.isdisjoint(self.records)
                 or not rest.isdisjoint(self.namespaces)):
             # a repeated key or an address taken already: choice() raises the right error
-            return values + [choice(a, dist, line) for a in addresses[1:]]
+            return [choice(address, dist, line) for address in addresses]
+        old = self.prev._families.get((namespace, line)) if self.prev._families else None
+        offset = _aligned_offset(old, keys, dist)
+        if offset is None:
+            values = [choice(addresses[0], dist, line)]     # claims the namespace (or raises)
+            self.family_lines.append((rest, line))
+            return self._family_from_records(namespace, line, keys, addresses, rest, dist, values)
+        # Element i is old element i + offset. Redone (by choice()): the constrained ones and
+        # those outside the old family; the slices between them are kept as they were.
+        n, constraints = len(addresses), self.constraints
+        redo = set()
+        if constraints:
+            redo = {address[1] - keys.start for address in rest.intersection(constraints)}
+            if addresses[0] in constraints:
+                redo.add(0)
+        redo.update(range(min(n, max(0, -offset))))
+        redo.update(range(max(0, len(old.keys) - offset), n))
+        redo = sorted(redo)
+        if not redo or redo[0]:
+            self._claim(addresses[0], line, "random choice")     # a kept first element claims the namespace
+        self.family_lines.append((rest, line))
+        records, old_records, old_values = self.records, old.records, old.values
+        values, recs, uniform, start = [], [], True, 0
+        for i in redo + [n]:
+            if start < i:
+                kept = old_records[start + offset:i + offset]
+                records.update(zip(addresses[start:i], kept))
+                recs += kept
+                values += old_values[start + offset:i + offset]
+                self.n_kept += i - start
+            if i < n:
+                values.append(choice(addresses[i], dist, line))
+                rec = records[addresses[i]]
+                recs.append(rec)
+                uniform = uniform and type(rec) is ChoiceRecord and rec.logpdf != _NEG_INF
+            start = i + 1
+        # the old family's floats, if known, give the new one's at the cost of the redone elements
+        floats_from = (old._floats, offset, redo) if type(old._floats) is tuple else None
+        return self._store_family(namespace, line, keys, dist, recs, values, uniform, floats_from)
+
+    def _family_from_records(self, namespace, line, keys, addresses, rest, dist, values):
+        """The bulk update of a family the previous trace does not remember (or not as
+        one uniform family with the same keys' alignment): kept elements found with
+        set operations on the previous trace's records."""
+        choice = self.choice
         prev_recs = list(map(self.prev._records.get, addresses))
-        records, lines = self.records, self.lines
-        start = 1            # addresses[start:i] are kept: their records are reused in one step
+        records = self.records
+        start = 1
         for i in self._family_redo(addresses, prev_recs, rest, dist) + [len(addresses)]:
             if start < i:
-                kept, recs = addresses[start:i], prev_recs[start:i]
-                records.update(zip(kept, recs))
-                lines.update(dict.fromkeys(kept, line))
+                recs = prev_recs[start:i]
+                records.update(zip(addresses[start:i], recs))
                 values += map(_VALUE, recs)
                 self.n_kept += i - start
             if i < len(addresses):
                 values.append(choice(addresses[i], dist, line))
             start = i + 1
-        return values
+        return self._remember_family(namespace, line, keys, addresses, dist, values)
 
     def _family_redo(self, addresses, prev_recs, rest, dist):
         """Positions (after the first) of the family elements that :meth:`choice` must handle:
         constrained, new, or not a kept choice with the same distribution and a finite
         log-density. Found with set operations when all the kept ones qualify."""
-        constrained = rest.intersection(self.constraints) if self.constraints else set()
+        constrained = rest.intersection(self.constraints) if self.constraints else frozenset()
         present = list(filter(None, prev_recs[1:]))
-        if _all_kept(present, dist):
-            return sorted(map(addresses.index, constrained | rest.difference(self.prev._records)))
+        if _uniform(present, dist):
+            position = {address: i for i, address in enumerate(addresses)}.__getitem__ \
+                if len(addresses) > 64 else addresses.index
+            return sorted(map(position, constrained | rest.difference(self.prev._records)))
         redo, same = [], None     # ``same``: a previous distribution object known to equal dist
         for i in range(1, len(addresses)):
             rec = prev_recs[i]
@@ -353,6 +407,19 @@ class _Tracer:
                 continue
             redo.append(i)
         return redo
+
+    def _remember_family(self, namespace, line, keys, addresses, dist, values):
+        recs = list(map(self.records.__getitem__, addresses))
+        return self._store_family(namespace, line, keys, dist, recs, values, _uniform(recs, dist), None)
+
+    def _store_family(self, namespace, line, keys, dist, recs, values, uniform, floats_from):
+        """Remember the family for the next update; its values, as the program gets them."""
+        if self.families is None:
+            self.families = {}
+        # tuples: the program gets ``values`` as a list it may change; the trace keeps its own
+        family = _Family(keys, tuple(recs), tuple(values), dist, uniform, floats_from)
+        self.families[(namespace, line)] = family
+        return ScalarList(values, family.floats)
 
     def _validate(self, dist, address, line, may_be_impossible):
         """Whether ``dist``'s parameters are valid. Invalid parameters raise, unless the
@@ -426,7 +493,7 @@ class _Tracer:
         removed = prev_records.keys() - records.keys()
         if self.n_kept + len(removed) == len(prev_records):
             # nothing changed kind: only the removed addresses (in their old order) remain
-            candidates = [a for a in prev_records if a in removed] if len(removed) > 1 else removed
+            candidates = list(filter(removed.__contains__, prev_records)) if len(removed) > 1 else removed
         else:
             candidates = prev_records
         for address in candidates:
@@ -453,18 +520,95 @@ _LOGPDF = operator.attrgetter("logpdf")
 _VALUE = operator.attrgetter("value")
 
 
-def _all_kept(recs, dist):
+def _uniform(recs, dist):
     """Whether every record in ``recs`` is a choice with a finite log-density whose
-    distribution equals ``dist``, checked without a Python loop (a family's elements
-    usually share one previous distribution object)."""
+    distribution equals ``dist``, checked without a Python loop over the records (a
+    family's elements share one or two distribution objects)."""
     if not recs:
         return True
     try:
         dists = set(map(_DIST, recs))     # AttributeError: a sub-call's record
     except AttributeError:
         return False
-    return (len(dists) == 1 and dist.same_as(next(iter(dists)))
+    return (all(d is dist or dist.same_as(d) for d in dists)
             and min(map(_LOGPDF, recs)) != _NEG_INF)
+
+
+class _Family:
+    """What a trace remembers of one indexed family (``choice_family``) for the next update:
+    its keys, records and values in key order, its distribution, and whether it is
+    *uniform* (every record a choice with a finite log-density and that distribution,
+    so an unconstrained element kept with the same distribution keeps its record).
+
+    :meth:`floats` gives the values as Python floats, computed on first use: from the
+    previous family's floats and the few elements redone (``floats_from``, ``(floats,
+    offset, redone positions)``) when those were known, else one by one.
+    """
+
+    __slots__ = ("keys", "records", "values", "dist", "uniform", "_floats", "_floats_from")
+
+    def __init__(self, keys, records, values, dist, uniform, floats_from=None):
+        self.keys, self.records, self.values, self.dist, self.uniform = keys, records, values, dist, uniform
+        self._floats = None         # not computed yet; False: the values are not all plain floats
+        self._floats_from = floats_from
+
+    def floats(self):
+        if self._floats is None:
+            self._floats = self._compute_floats() or False
+            self._floats_from = None
+        return self._floats or None
+
+    def _compute_floats(self):
+        values = self.values
+        if self._floats_from is None:
+            return plain_floats(values)
+        base, offset, redone = self._floats_from
+        floats, start, n = [], 0, len(values)
+        for i in redone + [n]:
+            if start < i:
+                floats += base[start + offset:i + offset]
+            if i < n:
+                value = plain_float(values[i])
+                if value is None:
+                    return None
+                floats.append(value)
+            start = i + 1
+        return tuple(floats)
+
+
+def _aligned_offset(old, keys, dist):
+    """``i + offset`` is the old family's index of element ``i`` of a new family over ``keys``,
+    when both are ranges with step 1, the old one is uniform and the distribution is the
+    same; else ``None``."""
+    if (old is None or not old.uniform or type(keys) is not range or type(old.keys) is not range
+            or keys.step != 1 or old.keys.step != 1 or not (dist is old.dist or dist.same_as(old.dist))):
+        return None
+    return keys.start - old.keys.start
+
+
+#: (namespace, range) -> (addresses, frozenset of all but the first): a family's addresses
+#: are the same tuples from one run to the next. Cleared when it holds more addresses than this.
+_FAMILY_ADDRESSES = {}
+_FAMILY_ADDRESSES_LIMIT = 1 << 20
+_family_addresses_held = 0
+
+
+def _family_addresses(namespace, keys):
+    """``(addresses, rest)``: the family's addresses in key order, and a frozenset of all
+    but the first (cached for ranges; ``None`` for other keys, computed when needed)."""
+    global _family_addresses_held
+    if type(keys) is not range:
+        return tuple([normalize_address((namespace, key)) for key in keys]), None
+    cached = _FAMILY_ADDRESSES.get((namespace, keys))
+    if cached is None:
+        addresses = tuple([(namespace, key) for key in keys])
+        cached = (addresses, frozenset(addresses[1:]))
+        if _family_addresses_held + len(addresses) > _FAMILY_ADDRESSES_LIMIT:
+            _FAMILY_ADDRESSES.clear()
+            _family_addresses_held = 0
+        _FAMILY_ADDRESSES[(namespace, keys)] = cached
+        _family_addresses_held += len(addresses)
+    return cached
 
 
 def _dynamic_trace():
@@ -492,7 +636,7 @@ def run_dynamic(gen_fn, args, prev, constraints, selection, mode):
         _local.tracer = saved
     tracer.finish_removed()
     score = sum(map(_LOGPDF, tracer.records.values()), 0.0)     # in order, as a loop would
-    trace = _dynamic_trace()(gen_fn, args, retval, score, tracer.records)
+    trace = _dynamic_trace()(gen_fn, args, retval, score, tracer.records, tracer.families)
     return Result(trace, tracer.weight, tracer.discard, tracer.fresh, tracer.n_used)
 
 
