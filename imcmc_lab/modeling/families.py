@@ -8,9 +8,12 @@ Run as written, every ``update`` re-runs it element by element: K distribution
 objects, K traced choices, each kept one costing the full per-choice
 bookkeeping, although a move changes one or two of them. :func:`lower_families`
 recompiles such a comprehension into one call of :func:`choice_family`, which
-builds the distribution once and, in ``update``, keeps every unconstrained
-element with a few dictionary operations (Gen's ``Map`` does the same for an
-indexed family; here the user's loop is the family).
+builds the distribution once. The trace remembers the family, so ``update``
+keeps its unconstrained, unchanged elements as slices of the previous trace's
+family and re-runs only the others (Gen's ``Map`` does the same for an indexed
+family; here the user's loop is the family). The values come back as a
+:class:`~imcmc_lab.core.values.ScalarList` that also knows them as floats, which
+``mixture_of_normals`` reads instead of stacking K tensors.
 
 Only comprehensions whose meaning cannot change are lowered:
 
