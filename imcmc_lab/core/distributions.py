@@ -24,14 +24,13 @@ that address.
 
 from __future__ import annotations
 
-import array
 import math
 import numbers
 import operator
 
 import torch
 
-from .values import DTYPE, ScalarList, as_real, values_equal
+from .values import DTYPE, as_real, float64_vector as _vector, values_equal
 
 __all__ = [
     "Distribution", "normal", "gamma", "inv_gamma", "beta", "uniform", "uniform_discrete",
@@ -116,16 +115,6 @@ def _all_finite(values) -> bool:
 def _scalar(v: float) -> torch.Tensor:
     # torch.scalar_tensor costs half of torch.tensor
     return torch.scalar_tensor(v, dtype=DTYPE)
-
-
-def _known_floats(values):
-    """The floats of a :class:`ScalarList` that knows them (an indexed family's values), else ``None``."""
-    return values.floats() if type(values) is ScalarList else None
-
-
-def _vector(values: list) -> torch.Tensor:
-    """A non-empty list of floats as a float64 vector, at a third of torch.tensor's cost."""
-    return torch.frombuffer(array.array("d", values), dtype=DTYPE)
 
 
 def _where_support(ok, lp):
@@ -835,17 +824,13 @@ class MixtureOfNormals(Distribution):
     """Gen's ``mixture_of_normals(weights, means, variances)`` (note: variances, not stds)."""
 
     name = "mixture_of_normals"
-    __slots__ = ("weights", "means", "variances", "_params", "_given_floats")
+    __slots__ = ("weights", "means", "variances", "_params")
 
     def __init__(self, weights, means, variances):
-        # Means and variances may be lists of 0-d tensors, as in Fig. 1. A list from an
-        # indexed family knows its floats: one tensor is made from them, not K stacked.
-        mean_floats, variance_floats = _known_floats(means), _known_floats(variances)
-        self.weights = _real(weights)
-        self.means = _vector(mean_floats) if mean_floats else _real(means)
-        self.variances = _vector(variance_floats) if variance_floats else _real(variances)
+        # Means and variances may be lists of 0-d tensors, as in Fig. 1. The vectors are
+        # the distribution's arguments: same_as then compares two tensors, not two lists.
+        self.weights, self.means, self.variances = _real(weights), _real(means), _real(variances)
         super().__init__(self.weights, self.means, self.variances)
-        self._given_floats = (mean_floats, variance_floats)
         self._params = False        # _python_params() not computed yet
 
     def check_params(self):
@@ -882,10 +867,7 @@ class MixtureOfNormals(Distribution):
         if not (_short_vector(w) and _short_vector(m) and _short_vector(v)) \
                 or w.requires_grad or m.requires_grad or v.requires_grad:
             return None
-        given_ms, given_vs = self._given_floats
-        ws = w.tolist()
-        ms = m.tolist() if given_ms is None else given_ms
-        vs = v.tolist() if given_vs is None else given_vs
+        ws, ms, vs = w.tolist(), m.tolist(), v.tolist()
         if not ws or not len(ws) == len(ms) == len(vs) or not _all_positive_finite(vs) \
                 or not _all_nonnegative_finite(ws) or not _all_finite(ms):
             return None

@@ -17,12 +17,14 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+from array import array
 
 import torch
 
 DTYPE = torch.float64
 
-__all__ = ["DTYPE", "as_real", "values_equal", "values_close", "format_value", "is_tensor", "ScalarList"]
+__all__ = ["DTYPE", "as_real", "float64_vector", "values_equal", "values_close", "format_value", "is_tensor",
+           "ScalarList"]
 
 
 def is_tensor(x) -> bool:
@@ -36,8 +38,8 @@ class ScalarList(list):
     An indexed family of choices (``[normal(0, 10) @ ("mu", j) for j in keys]``, see
     :mod:`imcmc_lab.modeling.families`) returns one: its values are 0-d float64 tensors,
     most of them kept from the previous trace, which already knew their floats.
-    Distributions that take a vector parameter (``mixture_of_normals``) read
-    :meth:`floats` instead of stacking the tensors. Otherwise it is an ordinary list;
+    :func:`as_real` (which every distribution applies to its parameters) makes a vector
+    from :meth:`floats` instead of stacking the tensors. Otherwise it is an ordinary list;
     changing it forgets the floats, and a copy or a pickle is a plain list.
     """
 
@@ -98,10 +100,23 @@ _NDIM_OF = operator.attrgetter("ndim")
 _REQUIRES_GRAD_OF = operator.attrgetter("requires_grad")
 
 
+def float64_vector(values) -> torch.Tensor:
+    """A sequence of Python floats as a float64 vector, through a buffer: a few times
+    faster than ``torch.tensor`` for dozens of values."""
+    if not values:
+        return torch.zeros(0, dtype=DTYPE)
+    return torch.frombuffer(array("d", values), dtype=DTYPE)
+
+
 def as_real(x) -> torch.Tensor:
-    """``x`` as a float64 tensor (no copy when it already is one)."""
+    """``x`` as a float64 tensor (no copy when it already is one). A :class:`ScalarList`
+    that knows its floats becomes one vector made from them, not a stack of its tensors."""
     if isinstance(x, torch.Tensor):
         return x if x.dtype == DTYPE else x.to(DTYPE)
+    if type(x) is ScalarList:
+        floats = x.floats()
+        if floats:
+            return float64_vector(floats)
     if isinstance(x, (list, tuple)) and x and isinstance(x[0], torch.Tensor):
         return torch.stack([as_real(v) for v in x])
     return torch.as_tensor(x, dtype=DTYPE)

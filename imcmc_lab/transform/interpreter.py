@@ -16,12 +16,11 @@ not model runs again on torch autograd leaves.
 from __future__ import annotations
 
 import linecache
-from array import array
 
 import torch
 
 from ..core.address import did_you_mean, format_address
-from ..core.values import as_real
+from ..core.values import as_real, float64_vector
 from ..errors import AddressError, LabelError, TransformError
 from .dual import MAX_VECTOR, Dual, DualVector, IdRange, NeedsTorch, unit_derivatives
 from .language import AddressRef, TraceHandle, Transform, continuous, discrete
@@ -297,7 +296,7 @@ def _float_write(value, label):
     if t is Dual:
         return torch.scalar_tensor(value.v, dtype=torch.float64), [value.d]
     if t is DualVector:
-        return _float64_vector(value.tolist()), [x.d for x in value.items]
+        return float64_vector(value.tolist()), [x.d for x in value.items]
     if isinstance(value, torch.Tensor):
         if value.requires_grad:
             raise NeedsTorch
@@ -307,14 +306,6 @@ def _float_write(value, label):
         raise NeedsTorch          # lists (of Duals or tensors): the torch path's conversion rules
     value = as_real(value)        # a Python number: a constant
     return value, [{}] * value.numel()
-
-
-def _float64_vector(values):
-    """``torch.tensor(values, dtype=torch.float64)`` for a list of floats, through a
-    buffer: a few times faster for a vector of dozens of weights."""
-    if not values:
-        return torch.zeros(0, dtype=torch.float64)
-    return torch.frombuffer(array("d", values), dtype=torch.float64)
 
 
 def run_transform(f: Transform, model_trace, aux_trace, args=(), autodiff=None) -> TransformRun:
