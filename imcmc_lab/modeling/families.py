@@ -12,8 +12,9 @@ builds the distribution once. The trace remembers the family, so ``update``
 keeps its unconstrained, unchanged elements as slices of the previous trace's
 family and re-runs only the others (Gen's ``Map`` does the same for an indexed
 family; here the user's loop is the family). The values come back as a
-:class:`~imcmc_lab.core.values.ScalarList` that also knows them as floats, which
-``mixture_of_normals`` reads instead of stacking K tensors.
+:class:`~imcmc_lab.core.values.ScalarList` that also knows them as floats: a
+distribution given the list as a vector parameter (``mixture_of_normals(weights,
+means, variances)``) makes one tensor from them instead of stacking K tensors.
 
 Only comprehensions whose meaning cannot change are lowered:
 
