@@ -30,6 +30,7 @@ import operator
 
 import torch
 
+from .effects import visit_choice
 from .values import DTYPE, as_real, float64_vector as _vector, values_equal
 
 __all__ = [
@@ -46,18 +47,6 @@ _SQRT_HALF_LOG2_E = math.sqrt(0.5 * _LOG2_E)
 
 _CONSTANTS = {}    # float -> 0-d float64 tensor: models build distributions from the same
                    # Python constants (normal(0, 10)) on every run; never mutated in place
-
-
-def _visit_choice():
-    # imported on first use: modeling sits above core, and this runs once per choice
-    global _VISIT
-    if _VISIT is None:
-        from ..modeling.runtime import visit_choice as _VISIT_FN
-        _VISIT = _VISIT_FN
-    return _VISIT
-
-
-_VISIT = None
 
 
 def _real(x):
@@ -212,7 +201,7 @@ class Distribution:
 
     def __matmul__(self, address):
         # ``dist @ address`` inside a generative function: a traced random choice.
-        return (_VISIT or _visit_choice())(self, address)
+        return visit_choice(self, address)
 
     def __repr__(self):
         from .values import format_value

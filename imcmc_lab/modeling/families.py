@@ -43,7 +43,7 @@ import sys
 import types
 
 from ..core import distributions as _distributions
-from .runtime import _local
+from ..core.effects import active_handler
 
 __all__ = ["choice_family", "lower_families", "lower_families_in_tree", "HELPER_NAME"]
 
@@ -74,7 +74,7 @@ def choice_family(parts, namespace, keys, element, lineno):
     program is being traced. ``lineno`` is the element's line (error messages name it).
     """
     __tracebackhide__ = True
-    tracer = getattr(_local, "tracer", None)
+    tracer = active_handler()
     if tracer is None:
         return [element(key) for key in keys]
     if type(keys) is not range:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import functools
 
 from .families import HELPER_NAME, lower_families
-from .runtime import (SIMULATE, public_assess, public_generate, run_dynamic,
-                      visit_call)
+from ..core.effects import visit_call
+from .runtime import SIMULATE, public_assess, public_generate, run_dynamic
 from .trace import ChoiceRecord, Trace
 
 _ONLY_CHOICES = frozenset([ChoiceRecord])

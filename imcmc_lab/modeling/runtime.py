@@ -17,11 +17,11 @@ from __future__ import annotations
 import linecache
 import math
 import operator
-import sys
 import threading
 
 from ..core.address import format_address, normalize_address, did_you_mean
 from ..core.choicemap import ChoiceMap, as_choicemap, as_selection
+from ..core.effects import pop_handler, push_handler
 from ..core.values import ScalarList, format_value, plain_float, plain_floats, values_equal
 from ..errors import (AddressError, ConstraintError, DistributionError,
                       DuplicateAddressError)
@@ -92,36 +92,9 @@ class Result:
 
 
 # ---------------------------------------------------------------------------
-# the active handler
+# the active handler lives in core.effects (the lowest layer owns the mechanism)
 # ---------------------------------------------------------------------------
-_local = threading.local()
-
-
-def _current_tracer():
-    tracer = getattr(_local, "tracer", None)
-    if tracer is None:
-        raise RuntimeError(
-            "`dist @ address` and `gen_fn(args) @ address` only work inside a @gen function "
-            "that is being run by simulate/generate/assess/update; call e.g. "
-            "`model.simulate(args)` instead of running the body directly."
-        )
-    return tracer
-
-
-def _caller_line(depth):
-    frame = sys._getframe(depth)
-    return (frame.f_code.co_filename, frame.f_lineno)
-
-
-def visit_choice(dist, address):
-    # once per random choice: _current_tracer and _caller_line inlined
-    tracer = getattr(_local, "tracer", None) or _current_tracer()
-    frame = sys._getframe(2)        # the body that wrote `dist @ address`
-    return tracer.choice(normalize_address(address), dist, (frame.f_code.co_filename, frame.f_lineno))
-
-
-def visit_call(gen_fn, args, address):
-    return _current_tracer().call(normalize_address(address), gen_fn, args, _caller_line(3))
+_local = threading.local()      # grad_terms of differentiable_score
 
 
 def _describe_line(line) -> str:
@@ -627,13 +600,12 @@ def run_dynamic(gen_fn, args, prev, constraints, selection, mode):
     """Run a ``@gen`` function's body under a tracer (see :class:`_Tracer`)."""
     __tracebackhide__ = True  # IPython and pytest hide engine frames in user tracebacks
     tracer = _Tracer(gen_fn, mode, prev, constraints, selection)
-    saved = getattr(_local, "tracer", None)
-    _local.tracer = tracer
+    saved = push_handler(tracer)
     counters.executions += 1
     try:
         retval = gen_fn.fn(*args)
     finally:
-        _local.tracer = saved
+        pop_handler(saved)
     tracer.finish_removed()
     score = sum(map(_LOGPDF, tracer.records.values()), 0.0)     # in order, as a loop would
     trace = _dynamic_trace()(gen_fn, args, retval, score, tracer.records, tracer.families)

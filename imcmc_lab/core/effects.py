@@ -1,0 +1,84 @@
+"""The handler stack that ``dist @ address`` and ``callee(args) @ address`` dispatch to.
+
+The lowest layer owns only the mechanism, as Pyro keeps ``_PYRO_STACK`` in
+its lowest layer: a thread-local slot holding the handler that is running a
+generative function's body. ``modeling`` installs its handlers here (one per
+execution mode); ``core`` never needs to know what they do. A handler
+implements::
+
+    handler.choice(address, dist, line)          # -> the choice's value
+    handler.call(address, gen_fn, args, line)    # -> the callee's return value
+    handler.choice_family(namespace, keys, dist, line)   # -> the values (optional)
+
+``line`` is ``(filename, lineno)`` of the user's code, for error messages.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from contextlib import contextmanager
+
+from .address import normalize_address
+
+__all__ = ["current_handler", "active_handler", "handling", "visit_choice", "visit_call", "NoHandlerError"]
+
+_local = threading.local()
+
+
+class NoHandlerError(RuntimeError):
+    """``dist @ address`` outside a running generative function."""
+
+
+def active_handler():
+    """The handler running the current body, or ``None`` outside any generative function."""
+    return getattr(_local, "handler", None)
+
+
+def current_handler():
+    """The handler running the current body; an error outside any generative function."""
+    handler = getattr(_local, "handler", None)
+    if handler is None:
+        raise NoHandlerError(
+            "`dist @ address` and `gen_fn(args) @ address` only work inside a @gen function "
+            "that is being run by simulate/generate/assess/update; call e.g. "
+            "`model.simulate(args)` instead of running the body directly."
+        )
+    return handler
+
+
+@contextmanager
+def handling(handler):
+    """Make ``handler`` answer the ``@`` operations of the body run inside the block."""
+    saved = getattr(_local, "handler", None)
+    _local.handler = handler
+    try:
+        yield handler
+    finally:
+        _local.handler = saved
+
+
+def push_handler(handler):
+    """Install ``handler``; returns the one it replaces (for :func:`pop_handler`). The hot
+    path of every run uses this pair instead of the context manager."""
+    saved = getattr(_local, "handler", None)
+    _local.handler = handler
+    return saved
+
+
+def pop_handler(saved):
+    _local.handler = saved
+
+
+def visit_choice(dist, address):
+    """``dist @ address``: once per random choice, so the lookups are inlined."""
+    handler = getattr(_local, "handler", None) or current_handler()
+    frame = sys._getframe(2)        # the body that wrote `dist @ address`
+    return handler.choice(normalize_address(address), dist, (frame.f_code.co_filename, frame.f_lineno))
+
+
+def visit_call(gen_fn, args, address):
+    """``callee(args) @ address``."""
+    handler = current_handler()
+    frame = sys._getframe(2)        # the body that wrote `callee(args) @ address`
+    return handler.call(normalize_address(address), gen_fn, args, (frame.f_code.co_filename, frame.f_lineno))

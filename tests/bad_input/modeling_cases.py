@@ -1,0 +1,8 @@
+"""Bad input for the modeling layer: what the user does, the error they must see."""
+
+from __future__ import annotations
+
+from . import Case
+
+CASES: list[Case] = [
+]
