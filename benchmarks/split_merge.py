@@ -147,23 +147,22 @@ class NoIncremental:
     """Ablation: every model update re-generates the trace from all its choices."""
 
     def __enter__(self):
-        from imcmc_lab.transform import apply as apply_mod
-        from imcmc_lab.modeling import runtime
+        from imcmc_lab.modeling import DynamicTrace
 
-        self.apply_mod, self.saved = apply_mod, apply_mod.update_full
-
-        def full_update(trace, constraints):
+        def full_update(trace, constraints, args=None, *, strict=True):
             choices = dict(trace.get_choices().items())
-            choices.update(constraints)
-            result = runtime.run_dynamic(trace.gen_fn, trace.args, None, choices, None, runtime.GENERATE)
+            choices.update(dict(constraints))
+            result = trace.gen_fn.generate_detailed(trace.args, choices, strict=strict)
             result.weight = result.trace.score - trace.score
             return result
 
-        apply_mod.update_full = full_update
+        DynamicTrace.update_detailed = full_update
         return self
 
     def __exit__(self, *exc):
-        self.apply_mod.update_full = self.saved
+        from imcmc_lab.modeling import DynamicTrace
+
+        del DynamicTrace.update_detailed        # the inherited Trace.update_detailed again
 
 
 def dense_logabsdet_mover(trace):

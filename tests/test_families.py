@@ -285,8 +285,8 @@ def test_stale_source_is_not_lowered():
 
 
 def test_the_bulk_path_is_exercised():
-    from imcmc_lab.modeling import runtime
-    assert runtime._BULK_FAMILY <= 9          # the tests above use families of 9 and more
+    from imcmc_lab.modeling import family_update
+    assert family_update.BULK_FAMILY <= 9          # the tests above use families of 9 and more
 
 
 def test_update_keeps_unchanged_elements_without_rescoring():
@@ -459,3 +459,27 @@ def test_mixture_from_family_lists_scores_like_stacked_tensors(k):
     assert from_lists.same_as(stacked)
     for x in (torch.tensor(0.3, dtype=torch.float64), torch.randn(50, dtype=torch.float64) * 4):
         assert torch.equal(from_lists.log_prob(x), stacked.log_prob(x))
+
+
+def test_a_gen_cell_model_is_lowered():
+    """The %%gen compiler lowers the Fig. 1 comprehensions too (on every supported Python:
+    3.12 inlines comprehensions, so nothing may depend on ``<listcomp>`` code objects)."""
+    from imcmc_lab.magics.compiler import compile_gen_cell
+    from imcmc_lab.magics.rewrite import ENGINE_NAME
+
+    body = ("def cell_gmm(n):\n"
+            "    k ~ poisson_plus_one(1)\n"
+            "    means = [{('mu', j)} ~ normal(0.0, 10.0) for j in range(1, k + 1)]\n"
+            "    vars = [{('var', j)} ~ inv_gamma(1.0, 10.0) for j in range(1, k + 1)]\n"
+            "    weights ~ dirichlet(torch.full((k,), 2.0))\n"
+            "    xs ~ iid(mixture_of_normals(weights, means, vars), n)\n")
+    cell = compile_gen_cell(body, "<gen-cell-lowering-test>")
+    namespace = {ENGINE_NAME: il, "torch": torch, **{name: getattr(il, name) for name in
+                 ("poisson_plus_one", "normal", "inv_gamma", "dirichlet", "iid", "mixture_of_normals")}}
+    exec(cell.code, namespace)
+    model = namespace["cell_gmm"]
+    assert model.lowered
+    torch.manual_seed(5)
+    trace = model.simulate(12)
+    plain = il.gen(model.__wrapped__, lower=False)
+    assert _snapshot(plain.generate((12,), trace.get_choices())[0]) == _snapshot(trace)

@@ -6,7 +6,7 @@ import torch
 
 from ..core.choicemap import as_selection
 from ..errors import ImcmcError
-from ..modeling.runtime import differentiable_score
+from ..modeling import differentiable_score
 from .kernels import Kernel
 from .mh import _accept
 

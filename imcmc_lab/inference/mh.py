@@ -9,7 +9,6 @@ import torch
 from ..core.address import format_address
 from ..core.choicemap import as_selection
 from ..errors import TransformError
-from ..modeling.runtime import update_full
 from .kernels import Kernel
 
 __all__ = ["mh", "MH"]
@@ -42,7 +41,7 @@ def mh(trace, selection_or_proposal, proposal_args=None):
 
 def _custom_mh(trace, q, q_args):
     forward = q.simulate(trace, *q_args)
-    result = update_full(trace, forward.get_choices())
+    result = trace.update_detailed(forward.get_choices())
     if result.fresh:
         raise TransformError(
             f"the proposal {q.name} does not propose {format_address(result.fresh[0])}, which the "

@@ -13,7 +13,7 @@ import torch
 
 from ..core.values import values_equal
 from .gen import GenerativeFunction
-from .runtime import REGENERATE, UPDATE, Result, run_child
+from .execution import Result
 from .trace import CallRecord, Trace
 
 __all__ = ["Map", "Unfold", "MapTrace", "UnfoldTrace"]
@@ -81,9 +81,10 @@ class UnfoldTrace(_ElementTrace):
 class _ElementRun:
     """Accumulates one combinator run: element traces, weight, discard, fresh."""
 
-    def __init__(self, constraints, selection):
-        self.groups = _split_constraints(constraints)
-        self.selection = selection
+    def __init__(self, request):
+        self.request = request
+        self.groups = _split_constraints(request.constraints)
+        self.selection = request.selection
         self.subtraces = []
         self.weight = 0.0
         self.delta_score = 0.0
@@ -91,9 +92,9 @@ class _ElementRun:
         self.fresh = []
         self.n_used = 0
 
-    def element(self, i, kernel, args, prev_sub, mode):
+    def element(self, i, kernel, args, prev_sub):
         sub_sel = self.selection.subselection((i,)) if self.selection is not None else None
-        result, weight = run_child(kernel, args, prev_sub, self.groups.get(i), sub_sel, mode)
+        result, weight = self.request.child(kernel, args, prev_sub, self.groups.get(i), sub_sel)
         self.weight += weight
         self.n_used += result.n_used
         if result.discard:
@@ -111,8 +112,8 @@ class _ElementRun:
     def reusable(self, i, selection_empty):
         return i not in self.groups and selection_empty
 
-    def remove(self, i, old, mode):
-        if mode == UPDATE:
+    def remove(self, i, old):
+        if self.request.mode.weighs_removed:
             self.weight -= old.score
         self.delta_score -= old.score
         for sub, value in old.get_choices().items():
@@ -144,32 +145,32 @@ class Map(GenerativeFunction):
     def __hash__(self):
         return hash((type(self), self.kernel))
 
-    def _execute(self, args, prev, constraints, selection, mode):
+    def _execute(self, request):
+        args, prev, selection = request.args, request.prev, request.selection
         if not args:
             raise TypeError(f"{self.name} needs at least one argument sequence")
         n = len(args[0])
         for a in args[1:]:
             if len(a) != n:
                 raise ValueError(f"{self.name}: argument sequences differ in length ({n} vs {len(a)})")
-        run = _ElementRun(constraints, selection)
+        run = _ElementRun(request)
+        incremental = request.incremental
         changed = set()
-        if prev is not None and mode in (UPDATE, REGENERATE):
+        if incremental:
             for old_seq, new_seq in zip(prev.args, args):
                 changed |= _changed_indices(old_seq, new_seq, n)
         sel_empty = selection is None or selection.is_empty()
         old = prev.subtraces if prev is not None else ()
         for i in range(n):
-            if i < len(old) and i not in changed and run.reusable(i, sel_empty) and \
-                    mode in (UPDATE, REGENERATE):
+            if incremental and i < len(old) and i not in changed and run.reusable(i, sel_empty):
                 run.subtraces.append(old[i])
                 continue
             element_args = tuple(a[i] for a in args)
-            run.element(i, self.kernel, element_args, old[i] if i < len(old) else None, mode)
+            run.element(i, self.kernel, element_args, old[i] if i < len(old) else None)
         for i in range(n, len(old)):
-            run.remove(i, old[i], mode)
+            run.remove(i, old[i])
         retval = [t.retval for t in run.subtraces]
-        trace = MapTrace(self, args, retval, run.score(prev if mode in (UPDATE, REGENERATE) else None),
-                         run.subtraces)
+        trace = MapTrace(self, args, retval, run.score(prev if incremental else None), run.subtraces)
         return Result(trace, run.weight, run.discard, run.fresh, run.n_used)
 
     def __repr__(self):
@@ -195,12 +196,13 @@ class Unfold(GenerativeFunction):
     def __hash__(self):
         return hash((type(self), self.kernel))
 
-    def _execute(self, args, prev, constraints, selection, mode):
+    def _execute(self, request):
+        args, prev, selection = request.args, request.prev, request.selection
         if len(args) < 2:
             raise TypeError(f"{self.name} is called as {self.name}(n, init_state, *params)")
         n, state, params = int(args[0]), args[1], tuple(args[2:])
-        run = _ElementRun(constraints, selection)
-        incremental = prev is not None and mode in (UPDATE, REGENERATE)
+        run = _ElementRun(request)
+        incremental = request.incremental
         old = prev.subtraces if prev is not None else ()
         params_changed = not incremental or not values_equal(params, tuple(prev.args[2:]))
         state_changed = not incremental or not values_equal(state, prev.args[1])
@@ -212,11 +214,11 @@ class Unfold(GenerativeFunction):
                 run.subtraces.append(prev_sub)
                 state = prev_sub.retval
                 continue
-            new_sub = run.element(t, self.kernel, (t, state) + params, prev_sub, mode)
+            new_sub = run.element(t, self.kernel, (t, state) + params, prev_sub)
             state_changed = prev_sub is None or not values_equal(new_sub.retval, prev_sub.retval)
             state = new_sub.retval
         for t in range(n, len(old)):
-            run.remove(t, old[t], mode)
+            run.remove(t, old[t])
         retval = [t.retval for t in run.subtraces]
         trace = UnfoldTrace(self, args, retval, run.score(prev if incremental else None), run.subtraces)
         return Result(trace, run.weight, run.discard, run.fresh, run.n_used)

@@ -281,12 +281,13 @@ def lower_families(fn):
     """``fn`` with its comprehension families lowered (see the module docstring), or ``fn``
     itself when it has none or its source cannot be verified against its code."""
     code = fn.__code__
-    if not any(isinstance(c, types.CodeType) and c.co_name == "<listcomp>" for c in code.co_consts):
-        return fn
     if HELPER_NAME in code.co_names or HELPER_NAME in code.co_freevars:
         return fn           # lowered already (a %%gen cell)
+    # Found in the source, not among the code's constants: Python 3.12 inlines
+    # comprehensions (PEP 709), so there is no ``<listcomp>`` code object to look for.
     node = _function_def(fn)
-    if node is None:
+    if node is None or not any(isinstance(n, ast.ListComp) and _family_parts(n) is not None
+                               for n in ast.walk(node)):
         return fn
     filename, flags = code.co_filename, code.co_flags & _FUTURE_FLAGS
     imported = _imported_names(filename)

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import functools
 
-from .families import HELPER_NAME, lower_families
+from ..core.choicemap import ChoiceMap
 from ..core.effects import visit_call
-from .runtime import SIMULATE, public_assess, public_generate, run_dynamic
-from .trace import ChoiceRecord, Trace
-
-_ONLY_CHOICES = frozenset([ChoiceRecord])
+from . import runtime
+from .families import HELPER_NAME, lower_families
+from .trace import DynamicTrace, Trace
 
 __all__ = ["GenerativeFunction", "DynamicGenFunction", "DynamicTrace", "GenCall", "gen"]
 
@@ -47,8 +46,11 @@ class GenCall:
 class GenerativeFunction:
     """Base class: a program with a distribution over traces.
 
-    Subclasses implement ``_execute(args, prev, constraints, selection, mode)``
-    returning a :class:`~imcmc_lab.modeling.runtime.Result`.
+    Subclasses implement ``_execute(request)``: run the
+    :class:`~imcmc_lab.modeling.execution.Execution` request, return a
+    :class:`~imcmc_lab.modeling.execution.Result`. The methods below are the
+    generative function interface; ``trace.update`` and ``trace.regenerate`` call
+    ``update`` and ``regenerate`` here (as in Gen, the function knows how to run itself).
     """
 
     name = "generative function"
@@ -59,7 +61,7 @@ class GenerativeFunction:
     def simulate(self, *args) -> Trace:
         """Run the program forward; return its trace."""
         __tracebackhide__ = True
-        return self._execute(args, None, None, None, SIMULATE).trace
+        return runtime.simulate(self, args)
 
     def generate(self, args=(), constraints=None):
         """``(trace, log_weight)``: run with the constrained choices fixed.
@@ -68,13 +70,33 @@ class GenerativeFunction:
         importance weight with the prior as proposal). A constraint at an address
         the program never visits is an error.
         """
-        return public_generate(self, args, constraints)
+        result = runtime.generate(self, args, constraints)
+        return result.trace, result.weight
+
+    def generate_detailed(self, args=(), constraints=None, *, strict=True):
+        """``generate`` as a :class:`~imcmc_lab.modeling.Result` (``.trace``, ``.weight``,
+        ``.fresh``: the addresses sampled from their prior). With ``strict=False`` a
+        constraint the program never visits is listed in ``.unvisited`` instead of raising."""
+        return runtime.generate(self, args, constraints, strict)
 
     def assess(self, args, choices) -> float:
         """``log p(choices)``, or ``-inf`` unless the choices are exactly a trace of the program."""
-        return public_assess(self, args, choices)
+        return runtime.assess(self, args, choices)
 
-    def _execute(self, args, prev, constraints, selection, mode):
+    def update(self, trace, constraints=None, args=None):
+        """``trace.update(constraints, args)``: ``(new_trace, log_weight, discard)``."""
+        result = runtime.update(trace, constraints, args)
+        return result.trace, result.weight, ChoiceMap._from_flat(result.discard or {})
+
+    def update_detailed(self, trace, constraints=None, args=None, *, strict=True):
+        """``trace.update_detailed(constraints, args, strict=strict)``: the full Result."""
+        return runtime.update(trace, constraints, args, strict)
+
+    def regenerate(self, trace, selection, args=None):
+        """``trace.regenerate(selection, args)``: ``(new_trace, log_weight)``."""
+        return runtime.regenerate(trace, selection, args)
+
+    def _execute(self, request):
         raise NotImplementedError
 
 
@@ -92,36 +114,12 @@ class DynamicGenFunction(GenerativeFunction):
         """Whether the body runs with its comprehension families lowered (see families.py)."""
         return self.fn is not self.__wrapped__ or HELPER_NAME in self.fn.__code__.co_names
 
-    def _execute(self, args, prev, constraints, selection, mode):
+    def _execute(self, request):
         __tracebackhide__ = True
-        return run_dynamic(self, args, prev, constraints, selection, mode)
+        return runtime.run_dynamic(self, request)
 
     def __repr__(self):
         return f"<generative function {self.name}>"
-
-
-class DynamicTrace(Trace):
-    """Trace of a :class:`DynamicGenFunction`: records keyed by local address."""
-
-    __slots__ = ("_records", "_families")
-
-    def __init__(self, gen_fn, args, retval, score, records, families=None):
-        super().__init__(gen_fn, args, retval, score)
-        self._records = records
-        # (namespace, line) -> runtime._Family: the run's indexed families, which the next
-        # update keeps in slices (the records above hold the same choices, one by one)
-        self._families = families
-
-    def _record_items(self):
-        return self._records.items()
-
-    def _record_get(self, address):
-        return self._records.get(address)
-
-    def flat_records(self) -> dict:
-        if self._flat is None and set(map(type, self._records.values())) <= _ONLY_CHOICES:
-            self._flat = dict(self._records)      # no sub-calls: a copy, without a Python loop
-        return super().flat_records()
 
 
 def gen(fn=None, *, lower=True):

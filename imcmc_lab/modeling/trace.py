@@ -8,13 +8,11 @@ traces; the old one stays valid, so rejecting a move costs nothing.
 
 from __future__ import annotations
 
-import html
-
 from ..core.address import did_you_mean, format_address, normalize_address
 from ..core.choicemap import ChoiceMap, as_selection
 from ..errors import AddressError
 
-__all__ = ["ChoiceRecord", "CallRecord", "Trace"]
+__all__ = ["ChoiceRecord", "CallRecord", "Trace", "DynamicTrace"]
 
 
 class ChoiceRecord:
@@ -150,9 +148,15 @@ class Trace:
         new execution needs but that are neither constrained nor in the old trace
         are sampled from their prior (and included in ``log_weight``).
         """
-        from .runtime import public_update
+        return self.gen_fn.update(self, constraints, args)
 
-        return public_update(self, constraints, args)
+    def update_detailed(self, constraints=None, args=None, *, strict=True):
+        """``update`` with everything it learned, as a :class:`~imcmc_lab.modeling.Result`:
+        ``.trace``, ``.weight``, ``.discard`` (``{address: old value}``) and ``.fresh`` (the
+        addresses sampled from their prior because nothing gave them a value). With
+        ``strict=False`` a constraint at an address the new execution never visits is
+        listed in ``.unvisited`` instead of raising :class:`~imcmc_lab.errors.ConstraintError`."""
+        return self.gen_fn.update_detailed(self, constraints, args, strict=strict)
 
     def regenerate(self, selection, args=None):
         """``(new_trace, log_weight)``: resample the selected choices from their prior.
@@ -163,9 +167,7 @@ class Trace:
         ``log_weight`` is the Metropolis-Hastings weight of resimulation (Gen's):
         the ratio of new to old densities over the choices that were kept.
         """
-        from .runtime import public_regenerate
-
-        return public_regenerate(self, selection, args)
+        return self.gen_fn.regenerate(self, selection, args)
 
     def project(self, selection) -> float:
         """Sum of log-densities of the selected choices."""
@@ -191,5 +193,28 @@ def _format_args(args) -> str:
     return f"({text})" if len(text) < 60 else "(…)"
 
 
-def escape(text) -> str:
-    return html.escape(str(text))
+_ONLY_CHOICES = frozenset([ChoiceRecord])
+
+
+class DynamicTrace(Trace):
+    """Trace of a ``@gen`` function: records keyed by local address."""
+
+    __slots__ = ("_records", "_families")
+
+    def __init__(self, gen_fn, args, retval, score, records, families=None):
+        super().__init__(gen_fn, args, retval, score)
+        self._records = records
+        # (namespace, line) -> family_update.Family: the run's indexed families, which the
+        # next update keeps in slices (the records above hold the same choices, one by one)
+        self._families = families
+
+    def _record_items(self):
+        return self._records.items()
+
+    def _record_get(self, address):
+        return self._records.get(address)
+
+    def flat_records(self) -> dict:
+        if self._flat is None and set(map(type, self._records.values())) <= _ONLY_CHOICES:
+            self._flat = dict(self._records)      # no sub-calls: a copy, without a Python loop
+        return super().flat_records()

@@ -17,7 +17,6 @@ from operator import attrgetter, itemgetter
 from ..core.address import did_you_mean, format_address
 from ..core.choicemap import ChoiceMap
 from ..errors import ConstraintError, DimensionError, LabelError, TransformError
-from ..modeling.runtime import GENERATE, update_full
 from .interpreter import AUX, MODEL, TransformRun, run_transform, _where
 from .jacobian import CoordinateGroup, JacobianRecord, free_part, reduced_jacobian
 
@@ -95,7 +94,7 @@ class Application:
 def _model_update(run: TransformRun, model_trace):
     constraints = run.output_choices(MODEL)
     try:
-        result = update_full(model_trace, constraints)
+        result = model_trace.update_detailed(constraints)
     except ConstraintError:
         raise _unvisited_model_write(run, model_trace, constraints) from None
     if result.fresh:
@@ -112,10 +111,8 @@ def _model_update(run: TransformRun, model_trace):
 
 def _unvisited_model_write(run, model_trace, constraints):
     # Run the update without the offending addresses to learn which are unvisited.
-    from ..modeling.runtime import UPDATE
-
     flat = dict(constraints)
-    result = model_trace.gen_fn._execute(model_trace.args, model_trace, flat, None, UPDATE)
+    result = model_trace.update_detailed(flat, strict=False)
     have = result.trace.flat_records()
     unvisited = [a for a in flat if a not in have]
     a = unvisited[0] if unvisited else next(iter(flat))
@@ -130,7 +127,7 @@ def _unvisited_model_write(run, model_trace, constraints):
 
 def _aux_generate(q, q_args, new_model, aux_choices, run):
     """Trace of q at the new model trace holding exactly ``aux_choices``; log q of them."""
-    result = q._execute((new_model,) + tuple(q_args), None, aux_choices or None, None, GENERATE)
+    result = q.generate_detailed((new_model,) + tuple(q_args), aux_choices, strict=False)
     have = result.trace.flat_records()
     extra = [a for a in aux_choices if a not in have]
     if extra:
