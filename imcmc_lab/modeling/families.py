@@ -21,9 +21,14 @@ Only comprehensions whose meaning cannot change are lowered:
 * one ``for`` over a plain name ``j``, no ``if``;
 * the element is ``CONSTRUCTOR(ARGS) @ ("name", j)``, with ``CONSTRUCTOR`` a
   name or dotted name and ``ARGS`` positional, built from constants, names other
-  than ``j`` and arithmetic (so evaluating them once or K times is the same);
+  than ``j`` and arithmetic; no attribute reads (a property may give a new value
+  on every read) and no calls;
 * at run time ``CONSTRUCTOR`` must be one of the engine's distribution
-  constructors (pure), otherwise the original element runs once per key.
+  constructors (pure), and the names that arithmetic applies to must hold plain
+  numbers or tensors (a user type's ``__add__`` may have effects) -- checked
+  before anything is evaluated; otherwise the original element runs once per key.
+
+So evaluating the arguments once or K times is provably the same.
 
 The trace is the same, choice for choice, as the comprehension's: the same
 addresses in the same order, the same values drawn from the same random
@@ -41,6 +46,8 @@ import inspect
 import linecache
 import sys
 import types
+
+import torch
 
 from ..core import distributions as _distributions
 from ..core.effects import active_handler
@@ -65,13 +72,23 @@ def _is_pure_constructor(constructor) -> bool:
     return isinstance(constructor, type) and issubclass(constructor, _distributions.Distribution)
 
 
-def choice_family(parts, namespace, keys, element, lineno):
+#: operand types whose arithmetic has no effects
+_PLAIN_NUMBERS = frozenset([int, float, bool, complex])
+
+
+def _plain_operands(operands) -> bool:
+    return all(type(v) in _PLAIN_NUMBERS or type(v) is torch.Tensor for v in operands)
+
+
+def choice_family(parts, namespace, keys, element, lineno, operands=None):
     """``[constructor(*args) @ (namespace, key) for key in keys]``: the lowered comprehension.
 
     ``parts()`` gives ``(constructor, args)``; like the comprehension, it is not evaluated
-    when there are no keys. ``element`` is the original element as a function of the key,
-    run per key when the constructor is not one of the engine's distributions or no
-    program is being traced. ``lineno`` is the element's line (error messages name it).
+    when there are no keys. ``operands()`` (or None) gives the values of the names that
+    the arguments' arithmetic applies to: unless they are plain numbers or tensors, the
+    arguments are not evaluated once. ``element`` is the original element as a function
+    of the key, run per key when the constructor is not one of the engine's distributions
+    or no program is being traced. ``lineno`` is the element's line (error messages name it).
     """
     __tracebackhide__ = True
     tracer = active_handler()
@@ -81,6 +98,8 @@ def choice_family(parts, namespace, keys, element, lineno):
         keys = list(keys)
     if not keys:
         return []
+    if operands is not None and not _plain_operands(operands()):
+        return [element(key) for key in keys]
     constructor, args = parts()
     if not _is_pure_constructor(constructor):
         return [element(key) for key in keys]
@@ -95,20 +114,38 @@ _ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.P
 
 
 def _dotted_name(node) -> bool:
+    return isinstance(_root(node), ast.Name)
+
+
+def _root(node):
     while isinstance(node, ast.Attribute):
         node = node.value
-    return isinstance(node, ast.Name)
+    return node
+
+
+def _root_name(node):
+    return _root(node).id
+
+
+def _operand_names(args) -> list:
+    """The names that arithmetic in ``args`` applies to (in order, without repeats)."""
+    names = []
+    for arg in args:
+        for node in ast.walk(arg):
+            if isinstance(node, (ast.BinOp, ast.UnaryOp)):
+                for operand in ast.walk(node):
+                    if isinstance(operand, ast.Name) and operand.id not in names:
+                        names.append(operand.id)
+    return names
 
 
 def _invariant(node, key: str) -> bool:
-    """An expression that does not use ``key`` and has no effects: evaluated once or per key,
-    it gives the same value."""
+    """An expression that does not use ``key`` and reads no attribute: evaluated once or per
+    key, it gives the same value (given plain operands, checked at run time)."""
     if isinstance(node, ast.Constant):
         return True
     if isinstance(node, ast.Name):
         return node.id != key
-    if isinstance(node, ast.Attribute):
-        return _dotted_name(node) and _invariant(node.value, key)
     if isinstance(node, ast.UnaryOp):
         return isinstance(node.op, (ast.USub, ast.UAdd)) and _invariant(node.operand, key)
     if isinstance(node, ast.BinOp):
@@ -130,7 +167,7 @@ def _family_parts(node: ast.ListComp):
         return None
     call, address = elt.left, elt.right
     if not (isinstance(call, ast.Call) and not call.keywords and _dotted_name(call.func)
-            and _invariant(call.func, key)):
+            and _root_name(call.func) != key):
         return None
     if any(isinstance(a, ast.Starred) or not _invariant(a, key) for a in call.args):
         return None
@@ -163,10 +200,13 @@ class _Lower(ast.NodeTransformer):
         self.count += 1
         parts = _lambda([], ast.Tuple(elts=[func, ast.Tuple(elts=list(args), ctx=ast.Load())],
                                       ctx=ast.Load()))
+        names = _operand_names(args)
+        operands = _lambda([], ast.Tuple(elts=[ast.Name(id=n, ctx=ast.Load()) for n in names],
+                                         ctx=ast.Load())) if names else ast.Constant(None)
         call = ast.Call(
             func=self.helper(),
             args=[parts, ast.Constant(namespace), iterable, _lambda([key], node.elt),
-                  ast.Constant(node.elt.lineno)],
+                  ast.Constant(node.elt.lineno), operands],
             keywords=[])
         return ast.fix_missing_locations(ast.copy_location(call, node))
 

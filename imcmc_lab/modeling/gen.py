@@ -104,15 +104,18 @@ class DynamicGenFunction(GenerativeFunction):
     """A Python function whose body makes traced choices (built by :func:`gen`)."""
 
     def __init__(self, fn, lower=True):
+        _check_body(fn)
         # the body that runs: comprehension families lowered (families.py); __wrapped__ is fn
-        self.fn = lower_families(fn) if lower else fn
-        self.name = getattr(fn, "__name__", "gen_fn")
+        self.fn = _lowered(fn) if lower else fn
+        self.name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "gen_fn")
         functools.update_wrapper(self, fn, updated=())
 
     @property
     def lowered(self) -> bool:
         """Whether the body runs with its comprehension families lowered (see families.py)."""
-        return self.fn is not self.__wrapped__ or HELPER_NAME in self.fn.__code__.co_names
+        fn = self.fn.func if isinstance(self.fn, functools.partial) else self.fn
+        return self.fn is not self.__wrapped__ or HELPER_NAME in getattr(getattr(fn, "__code__", None),
+                                                                         "co_names", ())
 
     def _execute(self, request):
         __tracebackhide__ = True
@@ -120,6 +123,30 @@ class DynamicGenFunction(GenerativeFunction):
 
     def __repr__(self):
         return f"<generative function {self.name}>"
+
+
+def _check_body(fn):
+    """A body must be something ``gen`` can run as a program: a clear error otherwise."""
+    if isinstance(fn, functools._lru_cache_wrapper):
+        raise TypeError(
+            f"il.gen got {fn.__name__}, a functools.lru_cache wrapper: a cached body would return "
+            f"its first result again without making its random choices. Decorate the plain "
+            f"function with @il.gen and leave out the cache.")
+    if not callable(fn) or isinstance(fn, type) or not (
+            isinstance(fn, functools.partial) or hasattr(fn, "__code__")
+            or hasattr(type(fn), "__call__") and hasattr(type(fn).__call__, "__code__")):
+        raise TypeError(
+            f"il.gen needs a Python function (a def, a lambda, a functools.partial of one, or an "
+            f"object with a __call__ method) whose body makes choices with `dist @ address`; "
+            f"got {getattr(fn, '__name__', None) or type(fn).__name__!s} ({type(fn).__name__}).")
+
+
+def _lowered(fn):
+    """``fn`` with its comprehension families lowered; a partial's function is lowered inside."""
+    if isinstance(fn, functools.partial):
+        inner = _lowered(fn.func)
+        return fn if inner is fn.func else functools.partial(inner, *fn.args, **fn.keywords)
+    return lower_families(fn) if hasattr(fn, "__code__") else fn
 
 
 def gen(fn=None, *, lower=True):

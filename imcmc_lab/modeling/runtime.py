@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
 import torch
 
 from ..core.address import did_you_mean, format_address, normalize_address
@@ -26,7 +27,7 @@ from .trace import DynamicTrace
 from .tracer import Assess, AssessFailure, Generate, Regenerate, Simulate, Update
 
 __all__ = ["run_dynamic", "simulate", "generate", "assess", "update", "regenerate",
-           "differentiable_score"]
+           "differentiable_score", "owned"]
 
 _NEG_INF = float("-inf")
 _LOGPDF = operator.attrgetter("logpdf")
@@ -48,14 +49,35 @@ def run_dynamic(gen_fn, request):
     return Result(trace, tracer.weight, tracer.discard, tracer.fresh, tracer.n_used)
 
 
+# ---------------------------------------------------------------------------
+# the boundary: what the user hands in is copied (traces never share memory with it)
+# ---------------------------------------------------------------------------
+def owned(value):
+    """``value`` with every tensor and array in it copied (through tuples, lists and
+    dicts); anything else as it is (numbers and strings are immutable, traces too)."""
+    kind = type(value)
+    if kind is float or kind is int or kind is bool or kind is str or value is None:
+        return value
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if kind is tuple or kind is list:
+        return kind([owned(v) for v in value])
+    if kind is dict:
+        return {k: owned(v) for k, v in value.items()}
+    return value
+
+
 def _as_args(args):
     if args is None:
         return ()
     return args if isinstance(args, tuple) else (args,)
 
 
-def _flat_constraints(constraints):
-    return as_choicemap(constraints)._leaves
+def _owned_constraints(constraints):
+    flat = as_choicemap(constraints)._leaves
+    return {address: owned(value) for address, value in flat.items()} if flat else flat
 
 
 def _account(gen_fn, result, flat, what, strict):
@@ -82,13 +104,13 @@ def _account(gen_fn, result, flat, what, strict):
 # the entry points (GenerativeFunction and Trace delegate here)
 # ---------------------------------------------------------------------------
 def simulate(gen_fn, args):
-    return gen_fn._execute(Execution(Simulate, _as_args(args))).trace
+    return gen_fn._execute(Execution(Simulate, owned(_as_args(args)))).trace
 
 
 def generate(gen_fn, args, constraints, strict=True):
     """The full :class:`~.execution.Result` of ``generate``."""
-    flat = _flat_constraints(constraints)
-    result = gen_fn._execute(Execution(Generate, _as_args(args), None, flat or None))
+    flat = _owned_constraints(constraints)
+    result = gen_fn._execute(Execution(Generate, owned(_as_args(args)), None, flat or None))
     return _account(gen_fn, result, flat, "generate", strict)
 
 
@@ -105,14 +127,14 @@ def assess(gen_fn, args, choices):
 
 def update(trace, constraints, args=None, strict=True):
     """The full :class:`~.execution.Result` of ``trace.update``."""
-    flat = _flat_constraints(constraints)
-    args = trace.args if args is None else _as_args(args)
+    flat = _owned_constraints(constraints)
+    args = trace.args if args is None else owned(_as_args(args))
     result = trace.gen_fn._execute(Execution(Update, args, trace, flat or None))
     return _account(trace.gen_fn, result, flat, "update", strict)
 
 
 def regenerate(trace, selection, args=None):
-    args = trace.args if args is None else _as_args(args)
+    args = trace.args if args is None else owned(_as_args(args))
     result = trace.gen_fn._execute(Execution(Regenerate, args, trace, None, as_selection(selection)))
     return result.trace, result.weight
 
