@@ -8,8 +8,6 @@ traces; the old one stays valid, so rejecting a move costs nothing.
 
 from __future__ import annotations
 
-import torch
-
 from ..core.address import did_you_mean, format_address, normalize_address
 from ..core.choicemap import ChoiceMap, as_selection
 from ..errors import AddressError
@@ -107,11 +105,7 @@ class Trace:
         found = self._resolve(address)
         if found is not None:
             kind, target = found
-            if kind == "call":
-                return target.retval
-            value = target.value
-            # a copy: ``v = trace["mu"]; v += 1`` must not edit the (immutable) trace
-            return value.clone() if isinstance(value, torch.Tensor) else value
+            return target.value if kind == "leaf" else target.retval
         choices = self.get_choices()
         if choices.has_submap(address):
             return choices.get_submap(address)
