@@ -72,19 +72,6 @@ def test_a_property_read_per_key_stays_per_key():
     assert [round(float(v)) for v in values] == [1, 2, 3, 4, 5]
 
 
-class _Noisy:
-    """An operand whose arithmetic has an effect: ``a + 1`` per key is not ``a + 1`` once."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def __add__(self, other):
-        self.calls += 1
-        return float(self.calls + other)
-
-    __radd__ = __add__
-
-
 _SHAPES_ARGS = ["0.0", "a", "a + 1.0", "-a", "a * 2.0 - b", "box.value", "box.value + a",
                 "counter.next", "noisy + 1.0", "t", "t + a", "j * 1.0", "float(j)", "scale(a)"]
 _SHAPES_KEYS = ["range(n)", "range(1, n + 1)", "range(2, n + 3)", "[0, 2, 5]", "range(0)"]
