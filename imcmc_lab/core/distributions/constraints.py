@@ -41,6 +41,8 @@ class Constraint:
 
     def problem(self, name: str, value):
         """``None`` if ``value`` satisfies the constraint, else a sentence saying what is wrong."""
+        if type(value) is int or type(value) is float:     # before the isinstance tests: cheaper
+            return self.shape_problem(name, ()) if self.event_dim else self.scalar_problem(name, value)
         if isinstance(value, torch.Tensor):
             if value.ndim != self.event_dim or (self.nonempty and value.numel() == 0):
                 return self.shape_problem(name, tuple(value.shape))
@@ -79,20 +81,33 @@ class Interval(Constraint):
 
     def holds(self, v) -> bool:
         """One Python number (``False`` for a NaN)."""
-        above = v >= self.lo if self.lo_closed else v > self.lo
-        return above and (v <= self.hi if self.hi_closed else v < self.hi)
+        return (v > self.lo or (self.lo_closed and v == self.lo)) and \
+            (v < self.hi or (self.hi_closed and v == self.hi))
+
+    def problem(self, name, value):
+        # the common cases inlined (this runs for every parameter of every new choice)
+        if type(value) is torch.Tensor and value.ndim == self.event_dim:
+            if not value.ndim:
+                v = value.item()
+                if (v > self.lo or (self.lo_closed and v == self.lo)) and \
+                        (v < self.hi or (self.hi_closed and v == self.hi)):
+                    return None
+                return f"{name} must be {self.description}, got {v}"
+            if value.ndim == 1 and 0 < value.shape[0] <= PY_MAX_LEN:
+                values = value.tolist()
+                total = sum(values)     # a NaN makes it NaN; without one, min and max are exact
+                if total == total and self.holds(min(values)) and self.holds(max(values)):
+                    return None
+                return f"{name} must be {self.description}, got {values}"
+        return super().problem(name, value)
 
     def scalar_problem(self, name, v):
         return None if self.holds(v) else f"{name} must be {self.description}, got {v}"
 
     def values_problem(self, name, x):
-        if x.numel() <= PY_MAX_LEN:
-            values = x.reshape(-1).tolist()
-            total = sum(values)         # a NaN makes it NaN; without one, min and max are exact
-            ok = not values or (total == total and self.holds(min(values)) and self.holds(max(values)))
-        else:
-            ok = bool(torch.all((x >= self.lo if self.lo_closed else x > self.lo)
-                                & (x <= self.hi if self.hi_closed else x < self.hi)))
+        # short vectors are handled by problem(); here matrices, long and empty vectors
+        ok = bool(torch.all((x >= self.lo if self.lo_closed else x > self.lo)
+                            & (x <= self.hi if self.hi_closed else x < self.hi)))
         return None if ok else f"{name} must be {self.description}, got {x.tolist()}"
 
     def vector(self, nonempty=False) -> Interval:

@@ -140,10 +140,12 @@ class Beta(Distribution):
         self.a, self.b = as_param(a), as_param(b)
 
     def sample(self):
-        if plain_scalars(self.a, self.b) and self.a.item() >= 1 and self.b.item() >= 1:
-            x = torch._standard_gamma(self.a).item()
-            y = torch._standard_gamma(self.b).item()
-            return scalar(min(max(x / (x + y), TINY), BELOW_ONE))
+        a, b = self.a, self.b
+        if plain_scalars(a, b) and a.item() >= 1 and b.item() >= 1:
+            x = torch._standard_gamma(a).item()
+            y = torch._standard_gamma(b).item()
+            v = x / (x + y)
+            return scalar(v if 0 < v < 1 else min(max(v, TINY), BELOW_ONE))
         # Shapes below 1 put much of their mass closer to 0 or 1 than float64 resolves (and
         # their gamma draws underflow to 0): draw in log space and round into (0, 1).
         log_x, log_y = _log_standard_gamma(self.a), _log_standard_gamma(self.b)
