@@ -430,7 +430,9 @@ def test_mixture_fast_paths_match_the_torch_path(dist):
 
 def test_mixture_all_zero_weights_and_empty_batch():
     d = il.mixture_of_normals(t([0.0, 0.0]), t([0.0, 1.0]), t([1.0, 1.0]))
-    assert d.check_params() is None
+    # issue 16, items 2 and 19: weights must sum to 1 (at an address this is a DistributionError);
+    # scored directly, such a mixture still has log-density -inf everywhere, never an exception
+    assert "weights must be >= 0 and sum to 1" in d.check_params()
     assert d.log_prob(t([0.0, 2.0])).tolist() == [-INF, -INF] and d.logpdf(t(0.5)) == -INF
     assert float(il.iid(MIXTURE, 0).log_prob(torch.empty(0, dtype=F64))) == 0.0
 

@@ -217,7 +217,7 @@ class ChoiceMap:
         return "ChoiceMap\n" + "\n".join(self._tree_lines("  "))
 
     def _repr_html_(self):
-        from ..display import choicemap_html  # local: display is optional
+        from .display import choicemap_html  # local: only when shown
 
         return choicemap_html(self)
 

@@ -1,8 +1,7 @@
 """Coal-mining disasters: how many change points? (Green 1995; Roberts et al. 2019, Sec. 5.2)
 
-The model of Fig. 3 of the reversible-jump paper
-(``/work/shared/papers/reversible-jump-probabilistic-programming.txt``) with the
-constants and data conversion of its Stochaskell source (``mainCoal``):
+The model of Fig. 3 of "Reversible Jump Probabilistic Programming" (D. A. Roberts,
+M. Gallagher and T. Taimre, AISTATS 2019) with the constants and data conversion of its Stochaskell source (``mainCoal``):
 
 * ``"n"``: number of change points, Poisson(3) truncated to ``1..30``
   (a table of probabilities over ``0..30`` whose entry at 0 is zero, so the
@@ -54,7 +53,7 @@ import torch
 
 from .. import (continuous, discrete, gamma, gen, iid, read, transform, uniform,
                 uniform_discrete, write)
-from ..core.distributions import Distribution, _check_positive, _real, _where_support
+from ..core.distributions import Distribution, as_integer_param, as_param, constraints, where_support
 from ..core.values import DTYPE, as_real
 from ..inference.chains import run_chain
 from ..inference.involutive import InvolutiveKernel
@@ -105,21 +104,16 @@ class EvenOrderStatistics(Distribution):
     """
 
     name = "even_order_statistics"
+    arg_constraints = {"n": constraints.nonnegative_integer, "length": constraints.positive}
     __slots__ = ("n", "length", "_log_norm")
 
     def __init__(self, n, length):
         super().__init__(n, length)
-        self.n, self.length = int(n), float(length)
-        self.event_shape = (self.n,)
+        self.n, self.length = as_integer_param(n), float(length)
+        valid = type(self.n) is int and self.n >= 0 and 0 < self.length < math.inf   # else check_params says why
+        self.event_shape = (self.n,) if valid else ()
         self._log_norm = (math.lgamma(2 * self.n + 2) - (2 * self.n + 1) * math.log(self.length)
-                          if self.length > 0 else math.nan)    # log (2n+1)! / L^(2n+1)
-
-    def check_params(self):
-        if self.n < 0:
-            return f"n must be >= 0, got {self.n}"
-        if not (0 < self.length < math.inf):
-            return f"length must be finite and > 0, got {self.length}"
-        return None
+                          if valid else math.nan)    # log (2n+1)! / L^(2n+1)
 
     def sample(self):
         draws = torch.sort(torch.rand(2 * self.n + 1, dtype=DTYPE) * self.length).values
@@ -131,7 +125,7 @@ class EvenOrderStatistics(Distribution):
         gaps = edges[..., 1:] - edges[..., :-1]
         ok = torch.all(gaps > 0, dim=-1)
         log_gaps = torch.log(torch.where(ok.unsqueeze(-1), gaps, torch.ones_like(gaps))).sum(-1)
-        return _where_support(ok, self._log_norm + log_gaps)
+        return where_support(ok, self._log_norm + log_gaps)
 
 
 class PiecewisePoissonProcess(Distribution):
@@ -147,19 +141,19 @@ class PiecewisePoissonProcess(Distribution):
     """
 
     name = "poisson_process"
+    arg_constraints = {"change_points": constraints.real_vector, "heights": constraints.positive_vector,
+                       "length": constraints.positive}
     __slots__ = ("change_points", "heights", "length")
 
     def __init__(self, change_points, heights, length):
         super().__init__(change_points, heights, length)
-        self.change_points, self.heights, self.length = _real(change_points), _real(heights), float(length)
+        self.change_points, self.heights, self.length = as_param(change_points), as_param(heights), float(length)
 
-    def check_params(self):
-        if self.change_points.ndim != 1 or self.heights.shape != (self.change_points.shape[0] + 1,):
+    def check_relations(self):
+        if self.heights.shape != (self.change_points.shape[0] + 1,):
             return (f"needs n change points and n + 1 heights, got shapes "
                     f"{tuple(self.change_points.shape)} and {tuple(self.heights.shape)}")
-        if not (0 < self.length < math.inf):
-            return f"length must be finite and > 0, got {self.length}"
-        return _check_positive("heights", self.heights)
+        return None
 
     def coerce(self, value):
         value = as_real(value)
@@ -184,7 +178,7 @@ class PiecewisePoissonProcess(Distribution):
         edges = self._edges()
         segment = torch.searchsorted(self.change_points.detach(), y.detach(), right=True)
         lp = torch.log(self.heights)[segment].sum() - (self.heights * (edges[1:] - edges[:-1])).sum()
-        return _where_support(ok, lp)
+        return where_support(ok, lp)
 
 
 class TabulatedDiscrete(Distribution):
@@ -197,18 +191,15 @@ class TabulatedDiscrete(Distribution):
 
     discrete = True
     name = "tabulated_discrete"
+    arg_constraints = {"probs": constraints.Simplex(tol=1e-9)}
     __slots__ = ("probs", "_log_probs", "_problem")
 
     def __init__(self, probs):
-        probs = _real(probs)
+        probs = as_param(probs)
         super().__init__(probs)
         self.probs = probs
-        self._log_probs = [torch.log(p) for p in probs]   # 0-d tensors, reused
-        self._problem = None                              # the table is fixed: check it once
-        if probs.ndim != 1 or probs.shape[0] < 1:
-            self._problem = f"probs must be a non-empty vector, got shape {tuple(probs.shape)}"
-        elif not bool(torch.all(probs >= 0)) or abs(float(probs.sum()) - 1) > 1e-9:
-            self._problem = f"probs must be >= 0 and sum to 1, got {probs.tolist()}"
+        self._log_probs = [torch.log(p) for p in probs.reshape(-1)]   # 0-d tensors, reused
+        self._problem = super().check_params()            # the table is fixed: check it once
 
     def check_params(self):
         return self._problem
@@ -219,10 +210,10 @@ class TabulatedDiscrete(Distribution):
     def log_prob(self, x):
         if isinstance(x, int) and 0 <= x < len(self._log_probs):
             return self._log_probs[x]
-        x = _real(x)
+        x = as_param(x)
         ok = (x >= 0) & (x < len(self._log_probs)) & (torch.floor(x) == x)
         idx = torch.where(ok, x, torch.zeros_like(x)).to(torch.int64)
-        return _where_support(ok, torch.log(self.probs)[idx])
+        return where_support(ok, torch.log(self.probs)[idx])
 
 
 # ---------------------------------------------------------------------------

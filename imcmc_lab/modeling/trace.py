@@ -181,7 +181,7 @@ class Trace:
                 f"{n} choice{'s' if n != 1 else ''}, score {self.score:.4f}>")
 
     def _repr_html_(self):
-        from ..display import trace_html
+        from ..core.display import trace_html
 
         return trace_html(self)
 

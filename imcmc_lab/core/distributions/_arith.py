@@ -1,0 +1,63 @@
+"""Python-arithmetic helpers of the fast paths (private to the package).
+
+For plain scalars and short vectors outside autograd, checking and scoring in Python
+arithmetic (``.item()``, ``.tolist()`` and C-level ``sum``/``min``/``max`` passes) costs
+less than the several tensor operations it replaces; a trace stores log-densities as
+Python floats anyway.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import torch
+
+from ..values import DTYPE
+
+NEG_INF = float("-inf")
+LOG_2PI = math.log(2 * math.pi)
+#: the smallest positive normal float64 and the largest float64 below 1: where samplers
+#: clamp values that rounded onto a support's excluded end (see the package docstring)
+TINY = sys.float_info.min
+BELOW_ONE = math.nextafter(1.0, 0.0)
+HUGE = sys.float_info.max
+
+#: Vectors up to this length are checked and scored in Python arithmetic: below it, a
+#: ``.tolist()`` and a loop cost less than the several tensor operations they replace.
+PY_MAX_LEN = 64
+
+
+def plain_scalars(*tensors) -> bool:
+    """All 0-d and outside autograd: log-densities can then be computed with ``math``."""
+    for t in tensors:      # a loop, not all(...): this runs once per scored choice
+        if t.ndim or t.requires_grad:
+            return False
+    return True
+
+
+def short_vector(t) -> bool:
+    """A 1-d tensor short enough for Python arithmetic."""
+    return t.ndim == 1 and t.shape[0] <= PY_MAX_LEN
+
+
+def scalar(v: float) -> torch.Tensor:
+    # torch.scalar_tensor costs half of torch.tensor
+    return torch.scalar_tensor(v, dtype=DTYPE)
+
+
+def all_positive_finite(values) -> bool:
+    """Every value in (0, inf), with C-level passes instead of a generator (a NaN makes the
+    sum NaN; without one, min and max are exact)."""
+    total = sum(values)
+    return total == total and min(values) > 0 and max(values) < math.inf
+
+
+def all_nonnegative_finite(values) -> bool:
+    total = sum(values)
+    return total == total and min(values) >= 0 and max(values) < math.inf
+
+
+def all_finite(values) -> bool:
+    total = sum(values)
+    return total == total and min(values) > -math.inf and max(values) < math.inf

@@ -1,0 +1,208 @@
+"""Distributions built from others: Gen's ``mixture_of_normals`` and ``iid``."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..values import DTYPE, as_real, float64_vector
+from . import constraints
+from ._arith import (LOG_2PI, NEG_INF, all_finite, all_nonnegative_finite, all_positive_finite, scalar,
+                     short_vector)
+from .base import Distribution, as_integer_param, as_param, simplex_float64
+
+__all__ = ["MixtureOfNormals", "IID", "mixture_of_normals", "iid"]
+
+_LOG2_E = 1 / math.log(2)
+_SQRT_HALF_LOG2_E = math.sqrt(0.5 * _LOG2_E)
+
+#: Below this, a sum of shifted mixture terms may have lost terms that matter to underflow
+#: (each lost term is below 2.3e-308: at most k of them, relative error k * 1e-28 here).
+_MIN_SUM = 1e-280
+
+
+class MixtureOfNormals(Distribution):
+    """Gen's ``mixture_of_normals(weights, means, variances)`` (note: variances, not stds).
+
+    ``weights``, ``means`` and ``variances`` are vectors of one length ``k``; the weights
+    are >= 0 and sum to 1 (as :func:`categorical`'s probabilities). Values are scalars."""
+
+    name = "mixture_of_normals"
+    arg_constraints = {"weights": constraints.simplex, "means": constraints.real_vector,
+                       "variances": constraints.positive_vector}
+    __slots__ = ("weights", "means", "variances", "_params", "_weight_sum")
+
+    def __init__(self, weights, means, variances):
+        # Means and variances may be lists of 0-d tensors, as in Fig. 1. The vectors are
+        # the distribution's arguments: same_as then compares two tensors, not two lists.
+        self.weights, self.means, self.variances = as_param(weights), as_param(means), as_param(variances)
+        super().__init__(self.weights, self.means, self.variances)
+        self._params = False        # _python_params() not computed yet
+
+    def check_params(self):
+        # the common case: valid short vectors, already checked while computing the fast
+        # path's constants (all but the sum of the weights)
+        if self._python_params() is not None and abs(self._weight_sum - 1) <= constraints.simplex.tol:
+            return None
+        return super().check_params()
+
+    def check_relations(self):
+        k = self.weights.shape[0]
+        if self.means.shape != (k,) or self.variances.shape != (k,):
+            return (f"weights, means and variances must be vectors of one length, got shapes "
+                    f"{tuple(self.weights.shape)}, {tuple(self.means.shape)}, {tuple(self.variances.shape)}")
+        return None
+
+    def sample(self):
+        j = int(torch.multinomial(self.weights, 1))
+        return self.means[j] + torch.sqrt(self.variances[j]) * torch.randn((), dtype=DTYPE)
+
+    def sample_n(self, n):
+        j = torch.multinomial(self.weights, n, replacement=True)
+        return self.means[j] + torch.sqrt(self.variances[j]) * torch.randn((n,), dtype=DTYPE)
+
+    def _python_params(self):
+        """``(a, means, variances)`` as Python lists with ``a_j = log w_j - (log v_j + log 2π) / 2``
+        (component ``j`` at ``x`` is ``a_j - (x - m_j)² / (2 v_j)``), when the parameters are
+        short vectors of valid values outside autograd; else ``None`` (the torch path)."""
+        if self._params is False:      # computed once: check_params and log_prob both use it
+            self._params = self._compute_python_params()
+        return self._params
+
+    def _compute_python_params(self):
+        w, m, v = self.weights, self.means, self.variances
+        if not (short_vector(w) and short_vector(m) and short_vector(v)) \
+                or w.requires_grad or m.requires_grad or v.requires_grad:
+            return None
+        ws, ms, vs = w.tolist(), m.tolist(), v.tolist()
+        if not ws or not len(ws) == len(ms) == len(vs) or not all_positive_finite(vs) \
+                or not all_nonnegative_finite(ws) or not all_finite(ms):
+            return None
+        self._weight_sum = sum(ws)
+        log_ws = map(math.log, ws) if min(ws) > 0 else \
+            [math.log(wi) if wi > 0 else NEG_INF for wi in ws]
+        a = [lw - 0.5 * (lv + LOG_2PI) for lw, lv in zip(log_ws, map(math.log, vs))]
+        return (a, ms, vs) if max(a) > NEG_INF else None
+
+    def _fast_logpdf(self, x):
+        # one value (Fig. 1b's model has one choice per data point)
+        if x.ndim or x.requires_grad:
+            return None
+        params = self._python_params()
+        return None if params is None else self._scalar_logpdf(x.item(), params)
+
+    @staticmethod
+    def _scalar_logpdf(xv, params):
+        if not math.isfinite(xv):
+            return None
+        terms = [aj - 0.5 * ((xv - mj) * (xv - mj) / vj) for aj, mj, vj in zip(*params)]
+        top = max(terms)
+        if top == NEG_INF:
+            return NEG_INF
+        return top + math.log(sum(math.exp(t - top) for t in terms))
+
+    def log_prob(self, x):
+        params = None if x.requires_grad else self._python_params()
+        if params is not None:
+            lp = self._scalar_logpdf(x.item(), params) if x.ndim == 0 else self._batch_log_prob(x, params)
+            if lp is not None:
+                return scalar(lp) if x.ndim == 0 else lp
+        return self._torch_log_prob(x)
+
+    def _batch_log_prob(self, x, params):
+        # Component j at x is a_j - (x - m_j)² / (2 v_j) <= a_j: with s = max_j a_j subtracted,
+        # no term of the log-sum-exp exceeds 1, so one shift serves every x (instead of the
+        # maximum over each x's components: two passes less over a (k,) + x.shape array).
+        # That array is filled in place (each extra full-size temporary costs an allocation,
+        # page faults included, and memory traffic), with the components on the leading axis
+        # so that the sum over them runs across x (torch reduces a short last axis several
+        # times slower).
+        a, _, variances = params
+        s = max(a)
+        column = (-1,) + (1,) * x.ndim
+        # exp(t) as exp2(t log2 e), log2 e folded into the constants: torch's float64 exp is
+        # not vectorised on CPU (about 3x slower than exp2). The extra rounding is a relative
+        # error of |t| 2^-53 on a term, t <= 0 the log of that term's share. The scale
+        # sqrt(log2 e / 2) / sqrt(v_j) is finite for every v_j in (0, inf).
+        shifted = float64_vector([(aj - s) * _LOG2_E for aj in a]).view(column)
+        scale = float64_vector([_SQRT_HALF_LOG2_E / math.sqrt(vj) for vj in variances]).view(column)
+        comp = x - self.means.view(column)
+        comp.mul_(scale).square_()
+        total = torch.sub(shifted, comp, out=comp).exp2_().sum(0)
+        # A tiny sum means x is far from every component, and terms that matter may have
+        # underflowed: then None, and the caller shifts by each x's own maximum. (A NaN x
+        # makes min() NaN, which is no reason by itself.)
+        if total.numel() and not total.min().item() >= _MIN_SUM and bool((total < _MIN_SUM).any()):
+            return None
+        return total.log_().add_(s)
+
+    def _torch_log_prob(self, x):
+        x = x.unsqueeze(-1)
+        z2 = (x - self.means) ** 2 / self.variances
+        comp = torch.log(self.weights) - 0.5 * (z2 + torch.log(self.variances) + LOG_2PI)
+        return torch.logsumexp(comp, dim=-1)
+
+
+class IID(Distribution):
+    """``n`` independent values of ``base`` as one choice of shape ``(n,) + base.event_shape``,
+    scored by one vectorised ``base.log_prob`` call."""
+
+    name = "iid"
+    arg_constraints = {"n": constraints.nonnegative_integer}
+    __slots__ = ("base", "n")
+
+    def __init__(self, base: Distribution, n: int):
+        super().__init__(base, n)
+        if not isinstance(base, Distribution):
+            raise TypeError(f"iid(dist, n) needs a distribution, got {base!r}")
+        self.base, self.n = base, as_integer_param(n)
+        count = self.n if type(self.n) is int else 0      # check_params reports a bad n
+        self.event_shape = (count,) + tuple(base.event_shape)
+
+    @property
+    def discrete(self):
+        return self.base.discrete
+
+    @property
+    def simplex(self):
+        return self.base.simplex
+
+    def check_relations(self):
+        return self.base.check_params()
+
+    def same_as(self, other):
+        return type(other) is IID and self.n == other.n and self.base.same_as(other.base)
+
+    def coerce(self, value):
+        if self.base.discrete:
+            value = torch.as_tensor(value, dtype=torch.int64) if not isinstance(value, torch.Tensor) else value
+        else:
+            value = as_real(simplex_float64(value) if self.base.simplex else value)
+        if value.shape != self.event_shape:
+            raise ValueError(f"iid values have shape {self.event_shape}, got {tuple(value.shape)}")
+        return value
+
+    def sample(self):
+        if self.n == 0:      # some torch samplers refuse n = 0 (torch.multinomial)
+            dtype = torch.int64 if self.base.discrete else torch.float64
+            return torch.empty((0,) + tuple(self.base.event_shape), dtype=dtype)
+        return self.base.sample_n(self.n)
+
+    def log_prob(self, x):
+        x = as_param(x) if self.base.discrete else x
+        return self.base.log_prob(x).sum()
+
+    def __repr__(self):
+        return f"iid({self.base!r}, {self.n})"
+
+
+def mixture_of_normals(weights, means, variances) -> MixtureOfNormals:
+    """Finite mixture of normals; ``variances`` are variances (Gen's convention); the
+    ``weights`` are >= 0 and sum to 1."""
+    return MixtureOfNormals(weights, means, variances)
+
+
+def iid(dist: Distribution, n: int) -> IID:
+    """``n`` iid values of ``dist`` as one choice of shape ``(n,) + dist.event_shape``."""
+    return IID(dist, n)
