@@ -66,7 +66,8 @@ class Application:
     from the incremental update; ``new_aux``: trace of ``q`` at ``x'`` with the new
     auxiliary choices (None if they do not fit ``q``); ``log_q_new``: ``log q_{x'}(y')``;
     ``jacobian``: a :class:`JacobianRecord` (None if the dimensions differ);
-    ``problem``: why the move cannot be accepted (dimension or support), or None.
+    ``problem``: why the move cannot be accepted (dimension, support or a Jacobian that
+    is singular or not finite: ``jacobian.problem``), or None.
     """
 
     def __init__(self):
@@ -90,6 +91,13 @@ class Application:
     @property
     def logabsdet(self) -> float:
         return self.jacobian.logabsdet if self.jacobian is not None else -math.inf
+
+    def raise_jacobian_problem(self):
+        """Raise :class:`~imcmc_lab.errors.TransformError` if the move cannot be scored
+        because ``log |det J|`` is not finite: for an involution that is always a lost
+        or NaN derivative, never a rejection."""
+        if self.problem is not None and self.jacobian is not None and self.problem == self.jacobian.problem:
+            raise TransformError(f"the transform {self.run.transform.name}: {self.problem}")
 
 
 def _model_update(run: TransformRun, model_trace):
@@ -348,7 +356,8 @@ def apply_transform(f, model_trace, aux_trace=None, q=None, q_args=(), check_dim
     score the new auxiliary choices; without it the new auxiliary trace must be empty.
     ``autodiff`` overrides ``f.autodiff`` for this application (``"torch"`` or ``"auto"``).
     Raises :class:`~imcmc_lab.errors.TransformError` subclasses for broken rules;
-    records support failures in ``Application.problem``.
+    records support failures, and a Jacobian whose ``log |det J|`` is not finite (a
+    lost or NaN derivative), in ``Application.problem``.
     """
     aux_trace = EMPTY_AUX if aux_trace is None else aux_trace
     app = Application()
@@ -388,6 +397,8 @@ def apply_transform(f, model_trace, aux_trace=None, q=None, q_args=(), check_dim
     elif app.log_q_new == -math.inf:
         app.problem = ("support: the new auxiliary choices have probability zero under q at the "
                        "new model trace (q_{x'}(y') = 0)" + _zero_density_addresses(app.new_aux, "aux_out"))
+    elif not math.isfinite(app.jacobian.logabsdet):
+        app.problem = app.jacobian.problem     # a move raises it (Application.raise_jacobian_problem)
     return app
 
 

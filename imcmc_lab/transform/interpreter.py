@@ -258,9 +258,11 @@ def run_transform(f: Transform, model_trace, aux_trace, args=(), autodiff=None) 
     """Execute transform ``f`` on ``(model_trace, aux_trace)``; see :class:`TransformRun`.
 
     The float path (:mod:`.float_backend`) is tried first unless ``autodiff`` (default
-    ``f.autodiff``) is ``"torch"``; where the transform does something it does
-    not model, the transform is run again on torch autograd tensors, which also
-    raises any error of the transform's own in the usual way."""
+    ``f.autodiff``) is ``"torch"``; where the transform does something that path
+    does not model (it raises :class:`~.dual.NeedsTorch`, which also covers its
+    domain errors, where torch gives inf or NaN), the transform is run again on
+    torch autograd tensors. Any other exception is the transform's own and
+    propagates from the first run."""
     if not isinstance(f, Transform):
         raise TransformError(f"expected a transform made with @il.transform, got {f!r}")
     names = ("t_in", "t_out") if f.one_trace else None
@@ -268,7 +270,7 @@ def run_transform(f: Transform, model_trace, aux_trace, args=(), autodiff=None) 
     if (autodiff or f.autodiff) == "auto":
         try:
             return _run_on(FloatBackend(), f, model_trace, aux_trace, names, args)
-        except (NeedsTorch, Exception) as exc:
+        except NeedsTorch as exc:   # (only this: a user's exception propagates, raised once)
             reason = f"{type(exc).__name__}: {exc}"[:200]
     run = _run_on(AutogradBackend(), f, model_trace, aux_trace, names, args)
     if reason is not None:     # (counted only when autograd succeeds: not a user error)

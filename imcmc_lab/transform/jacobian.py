@@ -28,7 +28,7 @@ from itertools import accumulate, chain
 import torch
 
 __all__ = ["Coordinate", "CoordinateGroup", "JacobianRecord", "Block", "reduced_jacobian", "free_part",
-           "find_pass_through", "logabsdet", "components_of"]
+           "find_pass_through", "logabsdet", "components_of", "jacobian_problem"]
 
 
 class Coordinate(tuple):
@@ -214,6 +214,13 @@ class JacobianRecord:
         nested lists, made a tensor on first access."""
         self._reduced = _as_matrix(self._reduced, self.rows, self.cols)
         return self._reduced
+
+    @property
+    def problem(self):
+        """Why ``log |det J|`` is not finite, naming the coordinates; None if it is finite.
+        For an involution ``J(f(z)) J(z) = I``, so that always means a derivative was lost
+        or is NaN: the move and :func:`~.checks.check_involution` raise it."""
+        return None if math.isfinite(self.logabsdet) else jacobian_problem(self.blocks, self.logabsdet)
 
     @property
     def reduced_size(self):
@@ -409,6 +416,44 @@ def logabsdet(matrix):
                 for j in range(k + 1, n):
                     row_i[j] -= factor * row_k[j]
     return total
+
+
+def jacobian_problem(blocks, total):
+    """A description of why ``total`` (``log |det J|`` over ``blocks``) is not finite."""
+    not_finite, lost_rows, lost_cols, singular = [], [], [], []
+    for block in blocks:
+        if math.isfinite(block.logabsdet):
+            continue
+        if block.rows and block.cols:
+            bad = torch.nonzero(~torch.isfinite(block.matrix)).tolist()
+            not_finite += [(block.rows[i], block.cols[j], float(block.matrix[i, j])) for i, j in bad]
+        if not block.cols:
+            lost_rows += block.rows
+        elif not block.rows:
+            lost_cols += block.cols
+        elif not bad:
+            singular.append(block)
+    parts = []
+    if not_finite:
+        shown = "; ".join(f"d {o.label()} / d {i.label()} = {v}" for o, i, v in not_finite[:4])
+        parts.append(f"a derivative is not finite: {shown}. A NaN derivative usually comes from a branch "
+                     f"that is computed but not used: torch.where(c, a, b) evaluates both a and b, and "
+                     f"sqrt or log of a negative number in the unused one gives NaN gradients. Keep both "
+                     f"branches finite, e.g. torch.sign(v) * torch.sqrt(torch.abs(v))")
+    if lost_rows:
+        shown = ", ".join(c.label() for c in lost_rows[:6])
+        parts.append(f"{shown} {'does' if len(lost_rows) == 1 else 'do'} not depend on any continuous input "
+                     f"left after copies: the derivative was lost. float(x), x.item(), math.* functions "
+                     f"and NumPy calls on a value il.read returned give a constant; compute with torch "
+                     f"functions and operators on it instead")
+    if lost_cols:
+        parts.append("no written coordinate depends on " + ", ".join(c.label() for c in lost_cols[:6]))
+    for block in singular:
+        parts.append(f"the rows {', '.join(c.label() for c in block.rows)} are linearly dependent "
+                     f"(columns {', '.join(c.label() for c in block.cols)})")
+    kind = "NaN" if math.isnan(total) else f"{total} (the Jacobian is singular)" if total < 0 else str(total)
+    return (f"jacobian: log |det J| is {kind}, which an involution never has (J(f(z)) J(z) = I): "
+            + "; ".join(parts) + ".")
 
 
 def _dense_jacobian(record: JacobianRecord) -> torch.Tensor:
