@@ -109,6 +109,8 @@ def involutive_move(trace, q, q_args, f, check=False, rtol=1e-6, atol=1e-8) -> M
     aux = q.simulate(trace, *q_args) if q is not None else EMPTY_AUX
     log_q_old = aux.score
     app = apply_transform(f, trace, aux, q, q_args, check_dimension=not check)
+    if not check:
+        app.raise_jacobian_problem()      # a lost or NaN derivative; a checked move rejects with it
     failure = app.problem if check else None
     if check and failure is None:
         failure = involution_problem(f, app, trace, aux, q, q_args, rtol, atol)

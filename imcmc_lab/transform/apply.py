@@ -18,7 +18,7 @@ from ..core.address import did_you_mean, format_address
 from ..core.choicemap import ChoiceMap
 from ..errors import ConstraintError, DimensionError, LabelError, TransformError
 from .interpreter import AUX, MODEL, TransformRun, run_transform, _where
-from .jacobian import CoordinateGroup, JacobianRecord, free_part, reduced_jacobian
+from .jacobian import CoordinateGroup, JacobianRecord, reduced_jacobian
 
 __all__ = ["apply_transform", "Application", "EmptyAuxTrace"]
 
@@ -65,7 +65,8 @@ class Application:
     from the incremental update; ``new_aux``: trace of ``q`` at ``x'`` with the new
     auxiliary choices (None if they do not fit ``q``); ``log_q_new``: ``log q_{x'}(y')``;
     ``jacobian``: a :class:`JacobianRecord` (None if the dimensions differ);
-    ``problem``: why the move cannot be accepted (dimension or support), or None.
+    ``problem``: why the move cannot be accepted (dimension, support or a Jacobian that
+    is singular or not finite: ``jacobian.problem``), or None.
     """
 
     def __init__(self):
@@ -90,6 +91,13 @@ class Application:
     def logabsdet(self) -> float:
         return self.jacobian.logabsdet if self.jacobian is not None else -math.inf
 
+    def raise_jacobian_problem(self):
+        """Raise :class:`~imcmc_lab.errors.TransformError` if the move cannot be scored
+        because ``log |det J|`` is not finite: for an involution that is always a lost
+        or NaN derivative, never a rejection."""
+        if self.problem is not None and self.jacobian is not None and self.problem == self.jacobian.problem:
+            raise TransformError(f"the transform {self.run.transform.name}: {self.problem}")
+
 
 def _model_update(run: TransformRun, model_trace):
     constraints = run.output_choices(MODEL)
@@ -110,7 +118,8 @@ def _model_update(run: TransformRun, model_trace):
 
 
 def _unvisited_model_write(run, model_trace, constraints):
-    # Run the update without the offending addresses to learn which are unvisited.
+    # Run the same update without the unvisited-constraint check (strict=False) and see
+    # which written addresses the new trace lacks.
     flat = dict(constraints)
     result = model_trace.update_detailed(flat, strict=False)
     have = result.trace.flat_records()
@@ -182,55 +191,16 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
     y_flat = aux_trace.flat_records()
     xn_flat = new_model.flat_records()
     yn_flat = new_aux.flat_records() if new_aux is not None else {}
-    reads, floats = run.reads, run.floats
     if len(x_flat) + len(xn_flat) > _RESTRICT_ABOVE:
         touched = _touched_model_addresses(run, x_flat, xn_flat)
         x_part, xn_part = _restricted(x_flat, touched), _restricted(xn_flat, touched)
     else:
         x_part, xn_part = x_flat, xn_flat
     consumed, written_outputs = _match_outputs(run, ((MODEL, xn_part), (AUX, yn_flat)))
-    remaining_inputs, vanished, read_inputs = [], [], []
-    for side, flat in ((MODEL, x_part), (AUX, y_flat)):
-        for address, rec in flat.items():
-            if rec.dist.discrete:
-                continue
-            key = (side, address)
-            read = reads.get(key)
-            if read is not None and read.leaf is not None:
-                group = CoordinateGroup(_IN[side], address, rec.dist, rec.value)
-                read_inputs.append((group, read.leaf))   # every continuous read, for dense()
-                if key not in consumed:
-                    remaining_inputs.append((group, read.leaf))
-            elif key not in consumed:
-                vanished.append((key, rec))
-    if vanished:
-        (side, address), rec = vanished[0]
-        if side == MODEL and address in xn_flat:
-            what = (f"model address {format_address(address)} is overwritten in the new model trace "
-                    f"without its old value having been read or copied")
-        elif side == MODEL:
-            what = (f"continuous model address {format_address(address)} disappears from the new "
-                    f"model trace without having been read or copied")
-        else:
-            what = (f"auxiliary choice {format_address(address)} (sampled by the auxiliary program) "
-                    f"is neither read nor copied by the transform")
-        raise TransformError(
-            f"{what}: its information would be lost, so the transform cannot be a bijection. "
-            f"Read it (il.read(..., il.continuous)) and use it, or copy it to an output."
-        )
-    n_in = sum(g.size for g, _ in remaining_inputs)
-    n_out = sum(g.size for g, _ in written_outputs)
-    if n_in != n_out:
-        ins = ", ".join(c.label() for g, _ in remaining_inputs for c in g.expand()) or "(none)"
-        outs = ", ".join(c.label() for g, _ in written_outputs for c in g.expand()) or "(none)"
-        raise DimensionError(
-            f"the transform {run.transform.name} maps {n_in} continuous input coordinate(s) to "
-            f"{n_out} output coordinate(s) (after removing copies); a bijection needs equal numbers. "
-            f"Inputs read: {ins}. Outputs written: {outs}. Add auxiliary choices on the smaller "
-            f"side (e.g. sample them in the auxiliary program) or write the missing outputs."
-        )
+    remaining_inputs, read_inputs = _match_inputs(run, ((MODEL, x_part), (AUX, y_flat)), consumed, xn_flat)
+    _check_dimension(run, remaining_inputs, written_outputs)
     (rows, cols, matrix, blocks, logdet), pass_through, rows_source = reduced_jacobian(
-        written_outputs, remaining_inputs, floats)
+        written_outputs, remaining_inputs, run.backend)
 
     @functools.cache
     def every_copy():       # consumed, implicit copies of untouched addresses included: once, on demand
@@ -243,6 +213,59 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
     app.jacobian = JacobianRecord(lambda: _coordinate_groups(flats, every_copy(), run.copied_to), pass_through,
                                   rows, cols, matrix, blocks, logdet, graph)
     app._consumed = every_copy
+
+
+def _match_inputs(run, sides, consumed, xn_flat):
+    """``(remaining inputs, every continuous read)`` as ``(CoordinateGroup, leaf)`` lists:
+    the continuous reads of ``sides`` (``(side, flat records)`` pairs) that no copy
+    consumed, and all of them (for ``dense()``). Raises if a continuous input is
+    neither read nor consumed: its information would be lost."""
+    reads = run.reads
+    remaining_inputs, read_inputs = [], []
+    for side, flat in sides:
+        for address, rec in flat.items():
+            if rec.dist.discrete:
+                continue
+            key = (side, address)
+            read = reads.get(key)
+            if read is not None and read.leaf is not None:
+                group = CoordinateGroup(_IN[side], address, rec.dist, rec.value)
+                read_inputs.append((group, read.leaf))
+                if key not in consumed:
+                    remaining_inputs.append((group, read.leaf))
+            elif key not in consumed:
+                raise _lost_input(side, address, xn_flat)
+    return remaining_inputs, read_inputs
+
+
+def _lost_input(side, address, xn_flat):
+    if side == MODEL and address in xn_flat:
+        what = (f"model address {format_address(address)} is overwritten in the new model trace "
+                f"without its old value having been read or copied")
+    elif side == MODEL:
+        what = (f"continuous model address {format_address(address)} disappears from the new "
+                f"model trace without having been read or copied")
+    else:
+        what = (f"auxiliary choice {format_address(address)} (sampled by the auxiliary program) "
+                f"is neither read nor copied by the transform")
+    return TransformError(
+        f"{what}: its information would be lost, so the transform cannot be a bijection. "
+        f"Read it (il.read(..., il.continuous)) and use it, or copy it to an output."
+    )
+
+
+def _check_dimension(run, remaining_inputs, written_outputs):
+    n_in = sum(g.size for g, _ in remaining_inputs)
+    n_out = sum(g.size for g, _ in written_outputs)
+    if n_in != n_out:
+        ins = ", ".join(c.label() for g, _ in remaining_inputs for c in g.expand()) or "(none)"
+        outs = ", ".join(c.label() for g, _ in written_outputs for c in g.expand()) or "(none)"
+        raise DimensionError(
+            f"the transform {run.transform.name} maps {n_in} continuous input coordinate(s) to "
+            f"{n_out} output coordinate(s) (after removing copies); a bijection needs equal numbers. "
+            f"Inputs read: {ins}. Outputs written: {outs}. Add auxiliary choices on the smaller "
+            f"side (e.g. sample them in the auxiliary program) or write the missing outputs."
+        )
 
 
 def _touched_model_addresses(run, x_flat, xn_flat):
@@ -270,9 +293,9 @@ def _match_outputs(run, sides):
     """Match the continuous output addresses of ``sides`` (``(side, flat records)`` pairs, in
     trace order) to what fills them: ``(consumed, written outputs)``. ``consumed`` maps each
     input key used as a copy (explicit, or an unwritten model address keeping its value) to
-    the output key using it; written outputs are ``(CoordinateGroup, value)``, the value on
-    the float path being the tangents. Raises if one input reaches two outputs."""
-    writes, copied_to, floats = run.writes, run.copied_to, run.floats
+    the output key using it; written outputs are ``(CoordinateGroup, derivative source)``
+    (the backend's: tangents, or autograd values). Raises if one input reaches two outputs."""
+    writes, copied_to, derivative_source = run.writes, run.copied_to, run.backend.derivative_source
     consumed = {}
     written_outputs = []
     for side, flat in sides:
@@ -283,11 +306,7 @@ def _match_outputs(run, sides):
             write = writes.get(key)
             if write is not None:
                 group = CoordinateGroup(_OUT[side], address, rec.dist, rec.value)
-                if floats:
-                    value = write.tangent[:-1] if rec.dist.simplex else write.tangent
-                else:
-                    value = free_part(rec.dist, write.value)
-                written_outputs.append((group, value))
+                written_outputs.append((group, derivative_source(write, rec.dist)))
                 continue
             copy = copied_to.get(key)
             src = (copy.src_side, copy.src_address) if copy is not None else key
@@ -334,7 +353,8 @@ def apply_transform(f, model_trace, aux_trace=None, q=None, q_args=(), check_dim
     score the new auxiliary choices; without it the new auxiliary trace must be empty.
     ``autodiff`` overrides ``f.autodiff`` for this application (``"torch"`` or ``"auto"``).
     Raises :class:`~imcmc_lab.errors.TransformError` subclasses for broken rules;
-    records support failures in ``Application.problem``.
+    records support failures, and a Jacobian whose ``log |det J|`` is not finite (a
+    lost or NaN derivative), in ``Application.problem``.
     """
     aux_trace = EMPTY_AUX if aux_trace is None else aux_trace
     app = Application()
@@ -374,6 +394,8 @@ def apply_transform(f, model_trace, aux_trace=None, q=None, q_args=(), check_dim
     elif app.log_q_new == -math.inf:
         app.problem = ("support: the new auxiliary choices have probability zero under q at the "
                        "new model trace (q_{x'}(y') = 0)" + _zero_density_addresses(app.new_aux, "aux_out"))
+    elif not math.isfinite(app.jacobian.logabsdet):
+        app.problem = app.jacobian.problem     # a move raises it (Application.raise_jacobian_problem)
     return app
 
 

@@ -144,10 +144,14 @@ def check_involution(p, p_args, q, f, trials: int = 100, q_args=(), observations
     :class:`~imcmc_lab.errors.InvolutionCheckError` at the first failed check
     (support, dimension or involution), with a report of the addresses involved;
     transform-language errors (unknown address, wrong label, ...) propagate with
-    their own messages. Returns an :class:`InvolutionReport` if every trial passes.
+    their own messages. A Jacobian that is singular or not finite (a lost or NaN
+    derivative) fails the check, naming the coordinates. Returns an :class:`InvolutionReport` if every trial passes.
     For a transform paired with its inverse by :func:`pair_bijections`, checks
     that the inverse undoes it.
     """
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise ValueError(f"check_involution(trials={trials!r}): trials is the number of randomized "
+                         f"cases to check, an integer at least 1 (no trial would check nothing)")
     if seed is not None:
         torch.manual_seed(seed)
     p_args = p_args if isinstance(p_args, tuple) else (p_args,)

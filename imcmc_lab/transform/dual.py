@@ -18,7 +18,10 @@ re-run in torch too, where they give the IEEE ``-inf``/``nan``/``inf`` a tensor
 would.
 
 Conversions keep torch's semantics: ``float(x)`` and ``x.item()`` give the value
-without its derivative, exactly as they detach a tensor.
+without its derivative, exactly as they detach a tensor (a written value that lost
+its derivative this way makes the Jacobian singular, which the move and
+``check_involution`` report). In-place operators (``x *= 2``) raise
+:class:`NeedsTorch`: on a tensor they are seen through every alias and view.
 """
 
 from __future__ import annotations
@@ -236,6 +239,10 @@ class _TensorLike:
     __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = __invert__ = _unsupported
     __round__ = __trunc__ = __floor__ = __ceil__ = __index__ = __complex__ = _unsupported
     __contains__ = __setitem__ = __delitem__ = _unsupported
+    # In-place operators change a tensor in place, so its aliases and views see the change;
+    # without these, Python would rebind the name to a new value instead: hand it to torch.
+    __iadd__ = __isub__ = __imul__ = __itruediv__ = __ifloordiv__ = __imod__ = __ipow__ = _unsupported
+    __imatmul__ = __iand__ = __ior__ = __ixor__ = __ilshift__ = __irshift__ = _unsupported
 
     # what both are, as a tensor: float64, tracked, immutable
     dtype = torch.float64

@@ -7,10 +7,11 @@ returns a :class:`TransformRun`: what was read (continuous reads as tracked
 values), written and copied. The new traces and the Jacobian are derived from
 it in :mod:`.apply`.
 
-Continuous reads are tracked on the float path first (:mod:`.dual`: Python
-floats carrying forward-mode derivatives, several times faster for the scalar
-formulas of most transforms); a transform that does something that path does
-not model runs again on torch autograd leaves.
+The interpreter takes derivatives through a backend object: continuous reads
+are tracked on the float path first (:mod:`.float_backend`: Python floats
+carrying forward-mode derivatives, several times faster for the scalar formulas
+of most transforms); a transform that does something that path does not model
+runs again on torch autograd leaves (:mod:`.autograd_backend`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import linecache
 import torch
 
 from ..core.address import did_you_mean, format_address
-from ..core.values import as_real, float64_vector
 from ..errors import AddressError, LabelError, TransformError
-from .dual import MAX_VECTOR, Dual, DualVector, IdRange, NeedsTorch, unit_derivatives
+from .autograd_backend import AutogradBackend
+from .dual import NeedsTorch
+from .float_backend import FloatBackend
+from .float_backend import float_write as _float_write  # noqa: F401  (tests check it directly)
 from .language import AddressRef, TraceHandle, Transform, continuous, discrete
 
 __all__ = ["run_transform", "TransformRun", "Write", "Copy", "Read"]
@@ -42,9 +45,9 @@ class Read:
     For continuous reads ``leaf`` stands for the Jacobian's input coordinates and
     ``tracked`` is the value the transform sees, a function of the leaf: the leaf
     itself, or for a simplex-valued choice the free weights ``w[:-1]`` completed
-    with ``1 - sum`` of them. On the float path (:mod:`.dual`) ``leaf`` is the range
-    of coordinate ids and ``tracked`` a :class:`~.dual.Dual` or
-    :class:`~.dual.DualVector`; on the torch path ``leaf`` is an autograd leaf.
+    with ``1 - sum`` of them. On the float path (:mod:`.float_backend`) ``leaf`` is the
+    range of coordinate ids and ``tracked`` a :class:`~.dual.Dual` or
+    :class:`~.dual.DualVector`; on autograd ``leaf`` is an autograd leaf.
     """
 
     __slots__ = ("side", "address", "label", "value", "leaf", "tracked", "line")
@@ -78,17 +81,22 @@ class Copy:
 
 
 class TransformRun:
-    """Everything one execution of a transform did."""
+    """Everything one execution of a transform did; ``backend`` took its derivatives."""
 
-    def __init__(self, transform, model_in, aux_in, floats=False):
+    def __init__(self, transform, model_in, aux_in, backend):
         self.transform = transform
-        self.floats = floats  # derivatives on the float path (.dual) rather than torch autograd
+        self.backend = backend
         self.model_in, self.aux_in = model_in, aux_in
         self.reads = {}      # (side, address) -> Read
         self.writes = {}     # (side, address) -> Write
         self.copies = []     # list of Copy (one per copied leaf)
         self.copied_to = {}  # (side, address) -> Copy, by destination
         self.retval = None
+
+    @property
+    def floats(self):
+        """Whether the derivatives came from the float path rather than torch autograd."""
+        return self.backend.floats
 
     # -- results ----------------------------------------------------------
     def output_choices(self, side, detach=True) -> dict:
@@ -114,7 +122,7 @@ class _Interpreter:
     def __init__(self, run: TransformRun):
         self.run = run
         self.traces = {MODEL: run.model_in, AUX: run.aux_in}
-        self.n_coordinates = 0    # float path: ids handed out to input coordinates
+        self.backend = run.backend
 
     def handles(self, one_trace_names=None):
         if one_trace_names:
@@ -182,36 +190,9 @@ class _Interpreter:
             value = record.value
             self.run.reads[key] = Read(ref.handle.side, ref.address, label, value, None, line)
             return value
-        if self.run.floats:
-            leaf, tracked = self._float_read(record)
-        elif record.dist.simplex:
-            leaf = record.value[..., :-1].detach().clone().requires_grad_(True)
-            tracked = torch.cat([leaf, 1 - leaf.sum(-1, keepdim=True)], dim=-1)
-        else:
-            leaf = tracked = record.value.detach().clone().requires_grad_(True)
+        leaf, tracked = self.backend.leaf(record)
         self.run.reads[key] = Read(ref.handle.side, ref.address, label, record.value, leaf, line, tracked)
         return tracked
-
-    def _float_read(self, record):
-        """``(coordinate ids, Dual or DualVector)`` for a continuous read on the float path;
-        the ids of one read are consecutive, given as a ``range``."""
-        value = record.value
-        first = self.n_coordinates
-        if value.ndim == 0:
-            self.n_coordinates += 1
-            return range(first, first + 1), Dual(float(value), {first: 1.0})
-        if value.ndim != 1 or value.numel() > MAX_VECTOR:
-            raise NeedsTorch
-        values = value.tolist()
-        n_free = len(values) - 1 if record.dist.simplex else len(values)
-        ids = range(first, first + n_free)
-        items = list(map(Dual, values, unit_derivatives(ids)))
-        if record.dist.simplex:
-            # As on the torch path: the free weights, and 1 - their sum. Its derivative is
-            # -1 for every free weight: one entry for them all (see dual.Dual).
-            items.append(Dual(1.0 - sum(values[:-1]), {IdRange(ids): -1.0} if ids else {}))
-        self.n_coordinates += n_free
-        return ids, DualVector(items)
 
     def exists(self, ref: AddressRef, line) -> bool:
         trace = self._input(ref, "exists on", line)
@@ -239,16 +220,7 @@ class _Interpreter:
 
     def write(self, ref: AddressRef, value, label, line):
         key = self._output(ref, "write to", line)
-        tangent = None
-        if self.run.floats:
-            value, tangent = _float_write(value, label)
-        elif label is continuous:
-            if not isinstance(value, torch.Tensor):
-                value = as_real(value)
-            elif value.dtype != torch.float64:
-                value = value.to(torch.float64)
-        elif isinstance(value, torch.Tensor) and value.ndim == 0:
-            value = value.item()
+        value, tangent = self.backend.written(value, label)
         self.run.writes[key] = Write(key[0], key[1], label, value, line, tangent)
 
     # -- copy ------------------------------------------------------------
@@ -282,55 +254,33 @@ class _Interpreter:
             self.run.copied_to[dkey] = c
 
 
-def _float_write(value, label):
-    """``(value, tangent)`` of a write on the float path, as the torch path would store it."""
-    t = type(value)
-    if label is not continuous:
-        if t is Dual:
-            return value.v, None          # like tensor.item()
-        if t is DualVector:
-            raise NeedsTorch
-        if isinstance(value, torch.Tensor) and value.ndim == 0:
-            return value.item(), None
-        return value, None
-    if t is Dual:
-        return torch.scalar_tensor(value.v, dtype=torch.float64), [value.d]
-    if t is DualVector:
-        return float64_vector(value.tolist()), [x.d for x in value.items]
-    if isinstance(value, torch.Tensor):
-        if value.requires_grad:
-            raise NeedsTorch
-        value = value if value.dtype == torch.float64 else value.to(torch.float64)
-        return value, [{}] * value.numel()
-    if isinstance(value, (list, tuple)):
-        raise NeedsTorch          # lists (of Duals or tensors): the torch path's conversion rules
-    value = as_real(value)        # a Python number: a constant
-    return value, [{}] * value.numel()
-
-
 def run_transform(f: Transform, model_trace, aux_trace, args=(), autodiff=None) -> TransformRun:
     """Execute transform ``f`` on ``(model_trace, aux_trace)``; see :class:`TransformRun`.
 
-    The float path (:mod:`.dual`) is tried first unless ``autodiff`` (default
-    ``f.autodiff``) is ``"torch"``; where the transform does something it does
-    not model, the transform is run again on torch autograd tensors, which also
-    raises any error of the transform's own in the usual way."""
+    The float path (:mod:`.float_backend`) is tried first unless ``autodiff`` (default
+    ``f.autodiff``) is ``"torch"``; where the transform does something that path
+    does not model (it raises :class:`~.dual.NeedsTorch`, which also covers its
+    domain errors, where torch gives inf or NaN), the transform is run again on
+    torch autograd tensors. Any other exception is the transform's own and
+    propagates from the first run."""
     if not isinstance(f, Transform):
         raise TransformError(f"expected a transform made with @il.transform, got {f!r}")
     names = ("t_in", "t_out") if f.one_trace else None
     reason = None
     if (autodiff or f.autodiff) == "auto":
-        run = TransformRun(f, model_trace, aux_trace, floats=True)
         try:
-            run.retval = f.run_on(_Interpreter(run).handles(names), *args)
-            return run
-        except (NeedsTorch, Exception) as exc:
+            return _run_on(FloatBackend(), f, model_trace, aux_trace, names, args)
+        except NeedsTorch as exc:   # (only this: a user's exception propagates, raised once)
             reason = f"{type(exc).__name__}: {exc}"[:200]
-    run = TransformRun(f, model_trace, aux_trace)
-    interp = _Interpreter(run)
-    with torch.enable_grad():
-        run.retval = f.run_on(interp.handles(names), *args)
+    run = _run_on(AutogradBackend(), f, model_trace, aux_trace, names, args)
     if reason is not None:     # (counted only when autograd succeeds: not a user error)
         f.torch_fallbacks += 1
         f.last_fallback = reason
+    return run
+
+
+def _run_on(backend, f, model_trace, aux_trace, names, args):
+    run = TransformRun(f, model_trace, aux_trace, backend)
+    with backend.running():
+        run.retval = f.run_on(_Interpreter(run).handles(names), *args)
     return run

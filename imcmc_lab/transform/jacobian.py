@@ -1,5 +1,8 @@
 """The Jacobian of a transform's continuous part, with copy sparsity (paper Sec. 5.1).
 
+What both derivative backends share (:mod:`.float_backend`, :mod:`.autograd_backend`):
+the records, the pass-through finder, the block decomposition and the determinant.
+
 Rows are output coordinates, columns input coordinates (``J[i, j] = ∂out_i/∂in_j``).
 A row that is an exact copy of one input coordinate is a unit row: expanding the
 determinant along it removes that row and that column. So
@@ -7,27 +10,25 @@ determinant along it removes that row and that column. So
 * explicit copies (``copy``) and implicit copies (model addresses the transform
   leaves alone) are eliminated without any autodiff;
 * single coordinates of a vector choice that pass through unchanged (the
-  untouched entries of a mixture's weight vector) are eliminated: on the float
-  path (:mod:`.dual`) their derivative is exactly a unit row; on the torch path
-  they are found by value and verified with one vector-Jacobian product;
-* the rest is read off the float path's forward-mode derivatives (or computed
-  with one batched autograd pass) and split into independent blocks (connected
-  components of the read -> write dependency graph), each with its own
-  determinant.
+  untouched entries of a mixture's weight vector) are eliminated
+  (:func:`find_pass_through`; the backend says which coordinates of one vector
+  are exact unit rows);
+* the rest (rows from the backend: forward-mode derivative dicts, or one batched
+  autograd pass) is split into independent blocks (connected components of the
+  read -> write dependency graph), each with its own determinant
+  (:func:`logabsdet`).
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from itertools import accumulate, compress, count
-from operator import is_not
+from itertools import accumulate, chain
 
 import torch
 
-from .dual import IdRange, unit_derivatives
-
-__all__ = ["Coordinate", "CoordinateGroup", "JacobianRecord", "Block", "reduced_jacobian", "free_part"]
+__all__ = ["Coordinate", "CoordinateGroup", "JacobianRecord", "Block", "reduced_jacobian", "free_part",
+           "find_pass_through", "logabsdet", "components_of", "jacobian_problem"]
 
 
 class Coordinate(tuple):
@@ -215,6 +216,13 @@ class JacobianRecord:
         return self._reduced
 
     @property
+    def problem(self):
+        """Why ``log |det J|`` is not finite, naming the coordinates; None if it is finite.
+        For an involution ``J(f(z)) J(z) = I``, so that always means a derivative was lost
+        or is NaN: the move and :func:`~.checks.check_involution` raise it."""
+        return None if math.isfinite(self.logabsdet) else jacobian_problem(self.blocks, self.logabsdet)
+
+    @property
     def reduced_size(self):
         return (len(self.rows), len(self.cols))
 
@@ -234,57 +242,13 @@ class JacobianRecord:
                 f"log|det| = {self.logabsdet:.6g})")
 
 
-def _flatten(value):
-    return value.reshape(-1) if isinstance(value, torch.Tensor) else torch.as_tensor([value])
-
-
 def free_part(dist, value):
     """The coordinates of ``value`` that Jacobians use: all but the last weight of a
     simplex-valued choice (its density is on the first ``k - 1``), else all."""
     return value[..., :-1] if dist.simplex and isinstance(value, torch.Tensor) else value
 
 
-def _batched_rows(out_cat, leaves, row_ids, extra=None):
-    """Rows ``row_ids`` of d out_cat / d leaves, in one batched autodiff pass; with
-    ``extra`` (a vector over out_cat), also the vector-Jacobian product ``extra @ J``
-    as a last row, in the same pass."""
-    n_cols = sum(l.numel() for l in leaves)
-    n_rows = len(row_ids) + (extra is not None)
-    if not n_rows or not out_cat.requires_grad:
-        return torch.zeros((n_rows, n_cols), dtype=torch.float64)
-    selector = torch.zeros((n_rows, out_cat.numel()), dtype=out_cat.dtype)
-    if row_ids:
-        selector[torch.arange(len(row_ids)), torch.as_tensor(row_ids)] = 1.0
-    if extra is not None:
-        selector[-1] = extra
-    try:
-        grads = torch.autograd.grad(out_cat, leaves, grad_outputs=selector, retain_graph=True,
-                                    allow_unused=True, is_grads_batched=True)
-    except RuntimeError:
-        # Some operations have no batching rule: fall back to one pass per row.
-        grads = [[] for _ in leaves]
-        for k in range(n_rows):
-            g = torch.autograd.grad(out_cat, leaves, grad_outputs=selector[k], retain_graph=True,
-                                    allow_unused=True)
-            for j, gj in enumerate(g):
-                grads[j].append(torch.zeros_like(leaves[j]) if gj is None else gj)
-        grads = [torch.stack(g) for g in grads]
-    parts = []
-    for leaf, g in zip(leaves, grads):
-        if g is None:
-            parts.append(torch.zeros((n_rows, leaf.numel()), dtype=torch.float64))
-        else:
-            parts.append(g.reshape(n_rows, -1))
-    return torch.cat(parts, dim=1) if parts else torch.zeros((n_rows, 0), dtype=torch.float64)
-
-
-def _components(matrix):
-    """Connected components of the bipartite nonzero pattern: list of (rows, cols)."""
-    m, n = matrix.shape
-    return _components_of(m, n, torch.nonzero(matrix).tolist())
-
-
-def _components_of(m, n, nonzeros):
+def components_of(m, n, nonzeros):
     """Connected components of an ``m x n`` pattern given its nonzero ``(row, col)`` pairs,
     as ``(rows, cols)`` lists in order of their first row (then column)."""
     parent = list(range(m + n))
@@ -311,128 +275,29 @@ def _components_of(m, n, nonzeros):
     return list(groups.values())
 
 
-def reduced_jacobian(outputs, inputs, floats=False):
+def reduced_jacobian(outputs, inputs, backend):
     """Compute the reduced Jacobian and its log-determinant.
 
-    ``outputs``: list of ``(CoordinateGroup, value tensor)`` for written continuous outputs;
-    ``inputs``: list of ``(CoordinateGroup, autograd leaf)`` for remaining inputs
-    (copies already removed), with as many coordinates as the outputs (the caller
-    reports a dimension mismatch). Returns ``(reduced, pass_through, rows_source)``:
-    ``pass_through`` is the list of pass-through eliminations, or a function returning
-    it; ``rows_source`` is ``(outputs' derivative source, output groups)``, from which
+    ``outputs``: ``(CoordinateGroup, derivative source)`` for the written continuous
+    outputs (the backend's: tangent lists, or autograd values); ``inputs``:
+    ``(CoordinateGroup, leaf)`` for the remaining inputs (copies already removed), with
+    as many coordinates as the outputs (the caller reports a dimension mismatch).
+    ``backend`` (:mod:`.float_backend` or :mod:`.autograd_backend`) says which
+    coordinates of a vector pass through and gives the remaining rows.
+    Returns ``((rows, cols, matrix, blocks, logabsdet), pass_through, rows_source)``:
+    ``pass_through`` a function returning the pass-through eliminations;
+    ``rows_source`` is ``(the backend's row source, output groups)``, from which
     ``JacobianRecord.dense`` takes rows with respect to any inputs.
-    With ``floats`` (the float path of :mod:`.dual`), each output value is its list of
-    tangents (one derivative dict per coordinate) and each input leaf the ``range`` of
-    its coordinate ids.
     """
-    if floats:
-        return _reduced_jacobian_floats(outputs, inputs)
-    out_coords = [c for g, _ in outputs for c in g.expand()]
-    in_coords = [c for g, _ in inputs for c in g.expand()]
-    values = [v for _, v in outputs]
-    leaves = [l for _, l in inputs]
-    out_cat = torch.cat([_flatten(v).to(torch.float64) for v in values]) if values \
-        else torch.zeros(0, dtype=torch.float64)
-    # Pass-through coordinates of vector choices: an output coordinate equal to a
-    # coordinate of the input at the same address. Verified below, then eliminated.
-    candidates = _pass_through_candidates(outputs, inputs)
-    full_rows = _rows_without(out_cat, leaves, len(out_coords), len(in_coords), candidates)
-    if full_rows is None:     # a candidate is not a unit row: nothing passes through
-        candidates = []
-        full_rows = _rows_without(out_cat, leaves, len(out_coords), len(in_coords), candidates)
-    rows = _remaining(len(out_coords), {r for r, _ in candidates})
-    cols = _remaining(len(in_coords), {c for _, c in candidates})
-    pass_through = [(in_coords[c], out_coords[r], "pass-through") for r, c in candidates]
-    reduced = full_rows[:, cols] if cols else full_rows[:, :0]
-    blocks, total = [], 0.0
-    for brows, bcols in _components(reduced):
-        sub = reduced[brows][:, bcols]
-        if len(brows) != len(bcols):
-            logdet = -math.inf
-        else:
-            sign, logdet = torch.linalg.slogdet(sub)
-            logdet = -math.inf if float(sign) == 0 else float(logdet)
-        blocks.append(Block([out_coords[rows[i]] for i in brows], [in_coords[cols[j]] for j in bcols],
-                            sub.detach(), logdet))
-        total += logdet
-    record_rows = [out_coords[i] for i in rows]
-    record_cols = [in_coords[j] for j in cols]
-    return (record_rows, record_cols, reduced.detach(), blocks, total), pass_through, \
-        (out_cat, [g for g, _ in outputs])
-
-
-def _reduced_jacobian_floats(outputs, inputs):
-    """:func:`reduced_jacobian` from forward-mode derivative dicts: the rows are read off
-    the tangents, and a pass-through coordinate is one whose tangent is exactly the
-    unit row of a coordinate of the same vector input. (The torch path finds
-    candidates by equal value and then verifies the unit row; here the derivative
-    itself is exact, and the unit row is what removing the row and column needs.)
-
-    Only the rows and columns that remain get :class:`Coordinate` objects and matrix
-    entries, so each pass-through coordinate of a long weight vector costs one check."""
-    # One input's ids are consecutive: the column of id i is col0 + (i - ids.start).
-    vector_inputs = {}                  # (side, address) of a vector input -> (ids, col0)
-    n_cols = 0
-    for group, ids in inputs:
-        if group.vector:
-            vector_inputs[group.key] = (ids, n_cols)
-        n_cols += len(ids)
-    passes = []                         # (first row, first column, length) of pass-through runs
-    passed = {}                         # (side, address) of an input -> its passed (start, stop) spans
-    kept = []                           # (coordinate, tangent) of every other row
-    row = 0
-    for group, tangents in outputs:
-        match = vector_inputs.get(group.key) if group.vector else None
-        if match is None:
-            kept.extend(zip(group.expand(), tangents) if group.vector else [(group.coordinate(0), tangents[0])])
-        else:
-            ids, col0 = match
-            runs, kept_rows = _pass_through_runs(tangents, ids)
-            passed[group.key] = [(j, j + n) for _, j, n in runs]
-            for k, j, n in runs:
-                passes.append((row + k, col0 + j, n))
-            for k in kept_rows:
-                kept.append((group.coordinate(k), tangents[k]))
-        row += len(tangents)
-    col_of, cols = {}, []               # input id -> column of the reduced matrix; its coordinate
-    for group, ids in inputs:
-        if not group.vector:
-            col_of[ids.start] = len(cols)
-            cols.append(group.coordinate(0))
-            continue
-        spans = passed.get(group.key)
-        for j in (range(len(ids)) if spans is None else _uncovered(spans, len(ids))):
-            col_of[ids[j]] = len(cols)
-            cols.append(group.coordinate(j))
-    rows = [c for c, _ in kept]
-    # The entries: each id's own derivative, plus an IdRange key's at every kept id in it.
-    dense, nonzeros, range_cols = [], [], {}
-    for p, (_c, d) in enumerate(kept):
-        entries = [0.0] * len(cols)
-        first, has_range = len(nonzeros), False
-        for i, g in d.items():
-            q = col_of.get(i)
-            if q is not None:
-                entries[q] += g
-                if g != 0.0:
-                    nonzeros.append((p, q))
-            elif type(i) is IdRange:
-                has_range = True
-                qs = range_cols.get(i)
-                if qs is None:
-                    qs = range_cols[i] = [q for j, q in col_of.items() if j in i.ids]
-                for q in qs:
-                    entries[q] += g
-        if has_range:                   # sums may cancel: take the nonzeros from the entries
-            nonzeros[first:] = [(p, q) for q, g in enumerate(entries) if g != 0.0]
-        dense.append(entries)
-    blocks, total = [], 0.0
-    for brows, bcols in _components_of(len(rows), len(cols), nonzeros):
-        sub = dense if len(brows) == len(rows) and len(bcols) == len(cols) \
-            else [[dense[i][j] for j in bcols] for i in brows]
-        logdet = _logabsdet(sub) if len(brows) == len(bcols) else -math.inf
-        blocks.append(Block([rows[i] for i in brows], [cols[j] for j in bcols], sub, logdet))
-        total += logdet
+    passes, kept_rows, kept_cols = find_pass_through(outputs, inputs, backend.unit_runs)
+    found = backend.rows(outputs, inputs, kept_rows, kept_cols, passes)
+    if found is None:     # a claimed pass-through is not a unit row: nothing passes through
+        passes, kept_rows, kept_cols = find_pass_through(outputs, inputs, None)
+        found = backend.rows(outputs, inputs, kept_rows, kept_cols, passes)
+    matrix, nonzeros, source = found
+    rows = [group.coordinate(k) for _, group, k, _ in kept_rows]
+    cols = [group.coordinate(j) for _, group, j, _ in kept_cols]
+    blocks, total = _blocks(rows, cols, matrix, nonzeros)
     out_groups = [g for g, _ in outputs]
 
     def pass_through():
@@ -440,46 +305,56 @@ def _reduced_jacobian_floats(outputs, inputs):
         ins = _coordinates([g for g, _ in inputs], [c + t for _, c, n in passes for t in range(n)])
         return [(ci, co, "pass-through") for ci, co in zip(ins, outs)]
 
-    return (rows, cols, dense, blocks, total), pass_through, \
-        (_TangentRows([ts for _, ts in outputs]), out_groups)
+    return (rows, cols, matrix, blocks, total), pass_through, (source, out_groups)
 
 
-def _pass_through_runs(tangents, ids):
-    """``(runs, kept)`` for a vector output and the input at the same address, whose
-    coordinate ids are ``ids``: ``runs`` are ``(k, j, n)`` where ``tangents[k:k + n]`` pass
-    through the input's coordinates ``j, ..., j + n - 1`` (increasing ``k``); ``kept``
-    are the positions of the other tangents.
+def find_pass_through(outputs, inputs, unit_runs):
+    """The coordinates of vector outputs that pass an input coordinate through unchanged.
 
-    A tangent passes through if it is exactly the unit row ``{i: 1.0}`` of one of ``ids``,
-    unless an earlier row took that coordinate. Such a tangent is nearly always the
-    input coordinate's own shared dict (:func:`.dual.unit_derivatives`), and so are the
-    ones after it, of the coordinates after it, where a slice of the input is written
-    back: a run is extended by identity, in C, and only the rows around runs are
-    checked one by one."""
-    units = unit_derivatives(ids)
-    runs, kept = [], []
-    k, n_rows, n_ids, start = 0, len(tangents), len(ids), ids.start
-    while k < n_rows:
-        d = tangents[k]
-        if len(d) == 1:
-            i, = d
-            if type(i) is int and start <= i < start + n_ids and d[i] == 1.0:
-                j = i - start
-                limit = min(n_rows - k, n_ids - j)
-                for _, j2, n2 in runs:
-                    if j2 <= j < j2 + n2:
-                        break                               # taken by an earlier row
-                    if j < j2 < j + limit:
-                        limit = j2 - j                      # a run may not reach a taken one
-                else:
-                    others = map(is_not, tangents[k + 1:k + limit], units[j + 1:j + limit])
-                    n = 1 + next(compress(count(), others), limit - 1)
-                    runs.append((k, j, n))
-                    k += n
-                    continue
-        kept.append(k)
-        k += 1
-    return runs, kept
+    A written vector and the vector read at the same address may share coordinates
+    exactly (a mixture's untouched weights): such a row is a unit row, and expanding
+    the determinant along it removes that row and that column. ``unit_runs(value,
+    leaf)`` (the backend's; None: find none) gives ``(k, j, n)`` runs where the
+    output's coordinates ``k, ..., k + n - 1`` are unit rows of the input's
+    ``j, ..., j + n - 1``, each input coordinate used once.
+
+    Returns ``(passes, kept_rows, kept_cols)``: ``passes`` as ``(row, col, n)`` runs in
+    the concatenated coordinates; kept rows and columns as ``(position, group, index in
+    the group, the group's derivative source or leaf)``, in order."""
+    vector_inputs, n_cols = {}, 0
+    for group, leaf in inputs:
+        if group[3] and unit_runs is not None:          # (group[3]: group.vector, group[2]: size)
+            vector_inputs[group.key] = (leaf, n_cols)
+        n_cols += group[2]
+    passes, kept_rows, passed = [], [], {}
+    row = 0
+    for group, value in outputs:
+        if not group[3]:
+            kept_rows.append((row, group, 0, value))      # a scalar: the common case, kept
+            row += 1
+            continue
+        match = vector_inputs.get(group.key)
+        positions = range(group[2])
+        if match is not None:
+            leaf, col0 = match
+            runs = unit_runs(value, leaf)
+            if runs:
+                passed[group.key] = [(j, j + n) for _, j, n in runs]
+                passes.extend((row + k, col0 + j, n) for k, j, n in runs)
+                positions = _uncovered([(k, k + n) for k, _, n in runs], group[2])
+        kept_rows.extend((row + k, group, k, value) for k in positions)
+        row += group[2]
+    kept_cols, col = [], 0
+    for group, leaf in inputs:
+        if not group[3]:
+            kept_cols.append((col, group, 0, leaf))
+            col += 1
+            continue
+        spans = passed.get(group.key)
+        positions = range(group[2]) if spans is None else _uncovered(spans, group[2])
+        kept_cols.extend((col + j, group, j, leaf) for j in positions)
+        col += group[2]
+    return passes, kept_rows, kept_cols
 
 
 def _uncovered(spans, n):
@@ -492,14 +367,35 @@ def _uncovered(spans, n):
     return out
 
 
-def _logabsdet(matrix):
-    """``log |det|`` of a small square matrix (lists of floats) by Gaussian elimination with
-    partial pivoting, as LAPACK's LU does; torch above a few dozen rows."""
+def _blocks(rows, cols, matrix, nonzeros):
+    """The independent blocks of the reduced matrix (nested lists or a tensor) and the sum
+    of their ``log |det|``; a block that is not square makes the matrix singular."""
+    blocks, total = [], 0.0
+    for brows, bcols in components_of(len(rows), len(cols), nonzeros):
+        if len(brows) == len(rows) and len(bcols) == len(cols):
+            sub = matrix
+        elif isinstance(matrix, torch.Tensor):
+            sub = matrix[brows][:, bcols]
+        else:
+            sub = [[matrix[i][j] for j in bcols] for i in brows]
+        logdet = logabsdet(sub) if len(brows) == len(bcols) else -math.inf
+        blocks.append(Block([rows[i] for i in brows], [cols[j] for j in bcols], sub, logdet))
+        total += logdet
+    return blocks, total
+
+
+def logabsdet(matrix):
+    """``log |det|`` of a square matrix (nested lists of floats or a tensor): Gaussian
+    elimination with partial pivoting, as LAPACK's LU does, for small ones (cheaper than
+    a torch call); ``slogdet`` above 16 rows. ``-inf`` if singular, NaN if an entry is
+    not finite."""
     n = len(matrix)
     if n > 16:
-        sign, logdet = torch.linalg.slogdet(torch.tensor(matrix, dtype=torch.float64))
-        return -math.inf if float(sign) == 0 else float(logdet)
-    a = [list(row) for row in matrix]
+        sign, logdet = torch.linalg.slogdet(torch.as_tensor(matrix, dtype=torch.float64))
+        return -math.inf if float(sign) == 0 and not math.isnan(float(logdet)) else float(logdet)
+    a = matrix.tolist() if isinstance(matrix, torch.Tensor) else [list(row) for row in matrix]
+    if not all(map(math.isfinite, chain.from_iterable(a))):
+        return math.nan
     total = 0.0
     for k in range(n):
         p, best = k, abs(a[k][k])
@@ -522,93 +418,42 @@ def _logabsdet(matrix):
     return total
 
 
-class _TangentRows:
-    """The float path's stand-in for an autograd graph: rows of the Jacobian of every
-    written coordinate (one tangent list per output), with respect to any list of
-    input coordinate-id ranges."""
-
-    __slots__ = ("tangents",)
-
-    def __init__(self, tangents):
-        self.tangents = tangents
-
-    def rows(self, leaves):
-        col = {}
-        for ids in leaves:
-            for i in ids:
-                col[i] = len(col)
-        out = []
-        for d in (d for ts in self.tangents for d in ts):
-            row = [0.0] * len(col)
-            for i, g in d.items():
-                for k in (i.ids if type(i) is IdRange else (i,)):
-                    j = col.get(k)
-                    if j is not None:
-                        row[j] += g
-            out.append(row)
-        return torch.tensor(out, dtype=torch.float64).reshape(len(out), len(col))
-
-
-def _remaining(n, removed):
-    return [i for i in range(n) if i not in removed]
-
-
-def _rows_without(out_cat, leaves, n_out, n_in, candidates):
-    """The Jacobian rows that are not pass-through ``candidates``, from one autodiff pass
-    that also verifies the candidates: with random weights ``v`` on the candidate rows,
-    ``v @ J`` must be exactly ``v`` placed at the claimed columns (so a coincidence of
-    values can never remove a row). Returns None if that check fails."""
-    rows = _remaining(n_out, {r for r, _ in candidates})
-    if not candidates:
-        return _batched_rows(out_cat, leaves, rows) if rows else torch.zeros((0, n_in), dtype=torch.float64)
-    if not out_cat.requires_grad:
-        return None
-    gen = torch.Generator().manual_seed(12345)  # never touches the global RNG
-    weights = torch.rand(len(candidates), generator=gen, dtype=torch.float64) + 0.5
-    cand_rows, cand_cols = torch.as_tensor(candidates, dtype=torch.long).T   # vectorized: O(M)
-    v = torch.zeros_like(out_cat)
-    expected = torch.zeros(n_in, dtype=torch.float64)
-    v[cand_rows] = weights
-    expected[cand_cols] = weights
-    both = _batched_rows(out_cat, leaves, rows, extra=v.detach())
-    if not torch.allclose(both[-1], expected, rtol=1e-12, atol=1e-12):
-        return None
-    return both[:-1]
-
-
-def _pass_through_candidates(outputs, inputs):
-    """``(row, col)`` pairs where a vector output coordinate equals an input coordinate
-    of the same trace side and address."""
-    by_key = {}
-    offset = 0
-    for group, leaf in inputs:
-        if leaf.ndim > 0 and group.size:
-            by_key[group.key] = (offset, leaf.detach().reshape(-1))
-        offset += group.size
-    pairs, row = [], 0
-    for group, value in outputs:
-        n = group.size
-        if isinstance(value, torch.Tensor) and value.ndim > 0 and n:
-            match = by_key.get(group.key)
-            if match is not None:
-                col0, in_vals = match
-                out_vals = value.detach().reshape(-1)
-                index = {}
-                for j, v in enumerate(in_vals.tolist()):
-                    index.setdefault(v, []).append(j)
-                for i, v in enumerate(out_vals.tolist()):
-                    js = index.get(v)
-                    if js is not None and len(js) == 1:
-                        pairs.append((row + i, col0 + js[0]))
-                # one output coordinate per input coordinate
-                seen, unique = set(), []
-                for r, c in pairs:
-                    if c not in seen:
-                        seen.add(c)
-                        unique.append((r, c))
-                pairs = unique
-        row += n
-    return pairs
+def jacobian_problem(blocks, total):
+    """A description of why ``total`` (``log |det J|`` over ``blocks``) is not finite."""
+    not_finite, lost_rows, lost_cols, singular = [], [], [], []
+    for block in blocks:
+        if math.isfinite(block.logabsdet):
+            continue
+        if block.rows and block.cols:
+            bad = torch.nonzero(~torch.isfinite(block.matrix)).tolist()
+            not_finite += [(block.rows[i], block.cols[j], float(block.matrix[i, j])) for i, j in bad]
+        if not block.cols:
+            lost_rows += block.rows
+        elif not block.rows:
+            lost_cols += block.cols
+        elif not bad:
+            singular.append(block)
+    parts = []
+    if not_finite:
+        shown = "; ".join(f"d {o.label()} / d {i.label()} = {v}" for o, i, v in not_finite[:4])
+        parts.append(f"a derivative is not finite: {shown}. A NaN derivative usually comes from a branch "
+                     f"that is computed but not used: torch.where(c, a, b) evaluates both a and b, and "
+                     f"sqrt or log of a negative number in the unused one gives NaN gradients. Keep both "
+                     f"branches finite, e.g. torch.sign(v) * torch.sqrt(torch.abs(v))")
+    if lost_rows:
+        shown = ", ".join(c.label() for c in lost_rows[:6])
+        parts.append(f"{shown} {'does' if len(lost_rows) == 1 else 'do'} not depend on any continuous input "
+                     f"left after copies: the derivative was lost. float(x), x.item(), math.* functions "
+                     f"and NumPy calls on a value il.read returned give a constant; compute with torch "
+                     f"functions and operators on it instead")
+    if lost_cols:
+        parts.append("no written coordinate depends on " + ", ".join(c.label() for c in lost_cols[:6]))
+    for block in singular:
+        parts.append(f"the rows {', '.join(c.label() for c in block.rows)} are linearly dependent "
+                     f"(columns {', '.join(c.label() for c in block.cols)})")
+    kind = "NaN" if math.isnan(total) else f"{total} (the Jacobian is singular)" if total < 0 else str(total)
+    return (f"jacobian: log |det J| is {kind}, which an involution never has (J(f(z)) J(z) = I): "
+            + "; ".join(parts) + ".")
 
 
 def _dense_jacobian(record: JacobianRecord) -> torch.Tensor:
@@ -625,10 +470,7 @@ def _dense_jacobian(record: JacobianRecord) -> torch.Tensor:
         out_coords = [c for g in out_groups for c in g.expand()]
         in_coords = [c for g, _ in read_inputs for c in g.expand()]
         if out_coords and leaves:
-            if isinstance(source, _TangentRows):
-                full = source.rows(leaves)
-            else:
-                full = _batched_rows(source, leaves, list(range(len(out_coords))))
+            full = source.rows(leaves)
             for i, co in enumerate(out_coords):
                 for j, ci in enumerate(in_coords):
                     if full[i, j] != 0 and co in out_index and ci in in_index:

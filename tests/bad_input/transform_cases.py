@@ -2,7 +2,88 @@
 
 from __future__ import annotations
 
+import math
+
+import torch
+
+import imcmc_lab as il
+from imcmc_lab.errors import InvolutionCheckError, TransformError
+
 from . import Case
 
+
+@il.gen
+def _one_normal():
+    il.normal(0.0, 1.0) @ "x"
+
+
+@il.gen
+def _step_aux(trace):
+    il.normal(0.0, 1.0) @ "u"
+
+
+@il.transform
+def _negate(t_in, t_out):
+    il.write(t_out["x"], -il.read(t_in["x"], il.continuous), il.continuous)
+
+
+@il.transform
+def _negate_through_float(t_in, t_out):
+    x = il.read(t_in["x"], il.continuous)
+    il.write(t_out["x"], -float(x), il.continuous)          # float() drops the derivative
+
+
+@il.transform
+def _negate_through_math_exp(t_in, t_out):
+    x = il.read(t_in["x"], il.continuous)
+    il.write(t_out["x"], math.log(math.exp(-x)), il.continuous)   # so does math.exp
+
+
+@il.transform
+def _signed_root_swap(model_in, aux_in, model_out, aux_out):
+    x = il.read(model_in["x"], il.continuous)
+    u = il.read(aux_in["u"], il.continuous)
+    il.write(model_out["x"], u * torch.abs(u), il.continuous)
+    il.write(aux_out["u"], torch.where(x > 0, torch.sqrt(x), -torch.sqrt(-x)), il.continuous)
+
+
+_RUNS = []
+
+
+@il.transform
+def _raises_on_first_run(t_in, t_out):
+    x = il.read(t_in["x"], il.continuous)
+    _RUNS.append(1)                     # a side effect: re-running on torch would not raise
+    if len(_RUNS) == 1:
+        raise KeyError("the user's lookup failed")
+    il.write(t_out["x"], -x, il.continuous)
+
+
+def _move(f, aux=None):
+    torch.manual_seed(0)
+    trace = _one_normal.simulate()
+    for _ in range(10):
+        trace, _ = il.involutive_mcmc(trace, aux, (), f)
+
+
 CASES: list[Case] = [
+    Case("check_involution trials=0", lambda: il.check_involution(_one_normal, (), None, _negate, trials=0),
+         ValueError, ("trials", "at least 1")),
+    Case("check_involution trials=-3", lambda: il.check_involution(_one_normal, (), None, _negate, trials=-3),
+         ValueError, ("trials", "-3")),
+    Case("check_involution float(x) loses the derivative",
+         lambda: il.check_involution(_one_normal, (), None, _negate_through_float, trials=3, seed=0),
+         InvolutionCheckError, ("model_out['x']", "does not depend on any", "float(")),
+    Case("check_involution math.exp(x) loses the derivative",
+         lambda: il.check_involution(_one_normal, (), None, _negate_through_math_exp, trials=3, seed=0),
+         InvolutionCheckError, ("model_out['x']", "does not depend on any", "math.")),
+    Case("move with float(x): singular Jacobian", lambda: _move(_negate_through_float),
+         TransformError, ("model_out['x']", "singular", "log |det J|")),
+    Case("check_involution torch.where NaN derivative",
+         lambda: il.check_involution(_one_normal, (), _step_aux, _signed_root_swap, trials=20, seed=3),
+         InvolutionCheckError, ("aux_out['u']", "nan", "torch.where")),
+    Case("move with torch.where NaN derivative", lambda: _move(_signed_root_swap, _step_aux),
+         TransformError, ("aux_out['u']", "nan")),
+    Case("user's exception in a transform propagates", lambda: _move(_raises_on_first_run),
+         KeyError, ("the user's lookup failed",)),
 ]
