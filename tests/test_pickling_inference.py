@@ -29,6 +29,23 @@ BLOCKED_BY_GEN_FN = pytest.mark.xfail(
     reason="GenerativeFunction / Transform (modeling, transform layers) do not pickle with the "
            "standard pickle: their decorated function resolves to the wrapper by name")
 
+# What breaks the cloudpickle copy of a transform: cloudpickle copies the transform's function
+# by value (for the reason above), and with it the globals ``discrete``/``continuous``, which
+# are instances of imcmc_lab.transform.language.Label compared by identity (``label is
+# discrete``). The copies are new objects, so the copied transform reads the discrete "k" as
+# continuous and fails ("'int' object has no attribute 'detach'"). Label needs a __reduce__
+# returning its global name (transform layer).
+BLOCKED_BY_LABEL_IDENTITY = pytest.mark.xfail(
+    strict=True,
+    reason="transform.language.Label (discrete/continuous) loses its identity in a cloudpickle "
+           "copy of a transform, so the copied transform misreads discrete choices")
+
+
+@il.gen
+def shift_first_mean(trace):
+    """A custom MH proposal (it proposes a model address)."""
+    il.normal(trace["mu", 1], 0.5) @ ("mu", 1)
+
 
 def _start():
     return tc.initial_trace(DATA)
@@ -47,10 +64,13 @@ def _selection_kernels():
 def _model_kernels():
     return {
         "InvolutiveKernel": il.InvolutiveKernel(tc.split_aux, (), tc.split_merge, name="split/merge"),
-        "MH(q, args)": il.MH(tc.split_aux, ()),
+        "MH(q, args)": il.MH(shift_first_mean, ()),
         "two_cluster_cycle": il.cycle(il.InvolutiveKernel(tc.split_aux, (), tc.split_merge),
                                       il.MH(il.select("mu"))),
     }
+
+
+_WITH_TRANSFORM = ("InvolutiveKernel", "two_cluster_cycle")
 
 
 def _same_moves(kernel, copy, steps=30):
@@ -69,7 +89,8 @@ def test_selection_kernels_round_trip_with_pickle(name):
     _same_moves(kernel, pickle.loads(pickle.dumps(kernel)))
 
 
-@pytest.mark.parametrize("name", list(_model_kernels()))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=BLOCKED_BY_LABEL_IDENTITY) if n in _WITH_TRANSFORM else n
+                                  for n in _model_kernels()])
 def test_model_kernels_round_trip_with_cloudpickle(name):
     kernel = _model_kernels()[name]
     il.run_chain(kernel, _start(), 5, progress=False)      # a used kernel (InvolutiveKernel keeps a record)
@@ -98,17 +119,44 @@ def _record(seed=0):
 
 def _assert_same_record(a, b):
     assert (a.accepted, a.log_alpha, a.check_failure) == (b.accepted, b.log_alpha, b.check_failure)
+    assert (a.q, a.q_args, a.log_q_old) == (b.q, b.q_args, b.log_q_old)
+    for side in ("model_in", "aux_in", "model_out", "aux_out"):
+        assert getattr(a, side).get_choices().allclose(getattr(b, side).get_choices())
+    _assert_same_application(a, b)
+
+
+def _assert_same_application(a, b):
     assert a.terms == b.terms
     assert (a.read, a.written, a.copied, a.copied_implicitly) == (b.read, b.written, b.copied, b.copied_implicitly)
-    assert a.model_in.get_choices().allclose(b.model_in.get_choices())
-    assert a.model_out.get_choices().allclose(b.model_out.get_choices())
     assert torch.equal(a.jacobian.reduced, b.jacobian.reduced)
     assert a.jacobian.logabsdet == b.jacobian.logabsdet
 
 
 def test_move_record_round_trips_with_cloudpickle():
     record = _record()
-    _assert_same_record(record, cloudpickle.loads(cloudpickle.dumps(record)))
+    copy = cloudpickle.loads(cloudpickle.dumps(record))
+    assert (record.accepted, record.log_alpha, record.check_failure) == (copy.accepted, copy.log_alpha,
+                                                                         copy.check_failure)
+    for side in ("model_in", "aux_in", "model_out", "aux_out"):
+        assert getattr(record, side).get_choices().allclose(getattr(copy, side).get_choices())
+
+
+@BLOCKED_BY_LABEL_IDENTITY
+def test_move_record_copy_reapplies_its_transform_with_cloudpickle():
+    record = _record()
+    _assert_same_application(record, cloudpickle.loads(cloudpickle.dumps(record)))
+
+
+def test_move_record_without_auxiliary_program_keeps_the_shared_empty_trace():
+    from imcmc_lab.transform.apply import EMPTY_AUX
+
+    @il.transform
+    def flip_sign(model_in, aux_in, model_out, aux_out):
+        il.write(model_out["mu", 1], -il.read(model_in["mu", 1], il.continuous), il.continuous)
+
+    record = il.involutive_move(_start(), None, (), flip_sign)
+    copy = cloudpickle.loads(cloudpickle.dumps(record))
+    assert copy.aux_in is EMPTY_AUX and copy.aux_out is EMPTY_AUX
 
 
 @BLOCKED_BY_GEN_FN

@@ -52,6 +52,8 @@ CASES: list[Case] = [
     Case("run-chain-threads-zero", lambda: _run(threads=0), ValueError, ("threads", "0")),
     Case("run-chain-trace-none", lambda: _run(trace=None), TypeError,
          ("start trace", "None", "simulate", "generate")),
+    Case("repeat-count-not-an-integer", lambda: il.repeat(il.MH(il.select("mu")), 2.5), ValueError,
+         ("repeat", "positive integer", "2.5")),
     Case("run-chain-trace-not-a-trace", lambda: _run(trace={"mu": 0.0}), TypeError,
          ("start trace", "dict", "generate")),
 ]
