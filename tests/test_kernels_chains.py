@@ -149,6 +149,17 @@ def test_selection_of_an_address_that_exists_only_in_some_states_is_legitimate()
     assert np.isnan(y[~b]).all() and not np.isnan(y[b]).any()   # NaN padding where "y" is absent
 
 
+def test_hmc_on_a_choice_that_exists_only_in_some_states_does_nothing_in_the_others():
+    torch.manual_seed(16)
+    trace, _ = maybe_y.generate((), {"b": True, "y": 0.5})
+    chain = il.run_chain(il.cycle(il.MH(il.select("b")), il.HMC(il.select("y"), 0.3, 3)), trace, 200,
+                         record={"b": "b", "y": "y"}, progress=False)
+    b = np.array(chain.values("b"), dtype=bool)
+    assert b.any() and (~b).any()
+    y = np.array(chain.values("y"), dtype=float)[b]
+    assert len(np.unique(y)) > 10            # HMC moved "y" whenever it existed
+
+
 def test_an_index_missing_in_an_existing_namespace_is_legitimate():
     # ("mu", 2) with k = 1: the namespace "mu" exists, the index only in other states
     torch.manual_seed(12)

@@ -6,6 +6,7 @@ import torch
 
 import imcmc_lab as il
 from imcmc_lab.errors import AddressError
+from imcmc_lab.examples import two_clusters
 
 from . import Case
 
@@ -38,6 +39,9 @@ CASES: list[Case] = [
          AddressError, ("('muu', 1)", "namespace")),
     Case("hmc-selection-typo", lambda: _run(il.HMC(il.select("muu"))), AddressError,
          ("'muu'", "did you mean 'mu'")),
+    Case("hmc-selection-of-discrete-choices-only",
+         lambda: il.hmc(two_clusters.initial_trace(torch.tensor([0.5, 1.0])), il.select("k")),
+         il.ImcmcError, ("hmc", "select('k')", "no continuous choice", "MH")),
     # ... and a record entry that is in no sample gave NaN silently
     Case("record-address-typo", lambda: _run(record=["muu"]), AddressError,
          ("'muu'", "did you mean 'mu'", "no sample", "err.chain")),
