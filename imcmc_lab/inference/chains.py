@@ -265,8 +265,9 @@ def _with_chain(exc, chain):
     except AttributeError:     # an exception class that takes no attributes: say so instead
         exc.add_note(f"run_chain: {n} samples were collected before this error; they could not be attached.")
         return exc
-    exc.add_note(f"run_chain stopped by this error after {chain.steps_done} step(s); the {n} samples "
-                 f"collected so far are kept in err.chain (a Chain; err.chain.traces to continue).")
+    steps = chain.steps_done[0] if chain.n_chains == 1 else f"{chain.steps_done} (per chain)"
+    exc.add_note(f"run_chain stopped by this error after {steps} step(s); the {n} samples collected so far "
+                 f"are kept in err.chain (a Chain; err.chain.traces to continue).")
     return exc
 
 

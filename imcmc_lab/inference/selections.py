@@ -58,7 +58,7 @@ def _not_in_trace(who, selection, address, trace):
         f"{who}: the selection {selection!r} names {format_address(address)}, which this trace of "
         f"{trace.gen_fn.name} does not have ({where})."
         + did_you_mean(address, trace.flat_records())
-        + " A selection that names nothing would make the kernel resample nothing and accept every move. "
-          "(An address that exists only in some states of a trans-dimensional model is fine once the "
+        + " A selected address that is not in the model is never resampled: the kernel would silently "
+          "do less, or nothing while accepting every move. (An address that exists only in some states of a trans-dimensional model is fine once the "
           "kernel has seen it: start the chain from a state that has it.)"
     )
