@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import torch
 
-from ..core.choicemap import as_selection
 from ..errors import ImcmcError
 from ..modeling import differentiable_score
+from .acceptance import metropolis_accept as _accept   # a module name: tests patch it to see log alpha
 from .kernels import Kernel
-from .mh import _accept
+from .selections import CheckedSelection
 
 __all__ = ["hmc", "HMC"]
 
 
 def _selected_continuous(trace, selection):
-    addresses = [a for a, r in trace.flat_records().items() if a in selection and not r.dist.discrete]
-    if not addresses:
-        raise ImcmcError(f"hmc: the selection {selection!r} holds no continuous choice of this trace")
+    """The continuous addresses selected; an error if the selection holds choices but none is
+    continuous (a state in which it holds no choice at all is legitimate: the step does nothing)."""
+    selected = [(a, r) for a, r in trace.flat_records().items() if a in selection]
+    addresses = [a for a, r in selected if not r.dist.discrete]
+    if selected and not addresses:
+        raise ImcmcError(f"hmc: the selection {selection!r} holds no continuous choice of this trace, "
+                         f"only discrete ones; HMC moves continuous choices (use MH for discrete ones)")
     return addresses
 
 
@@ -34,10 +38,16 @@ def hmc(trace, selection, step_size: float = 0.1, n_steps: int = 10):
     """One HMC step on the selected continuous addresses: ``(new_trace, accepted)``.
 
     Leapfrog with ``n_steps`` steps of ``step_size`` and an identity mass matrix;
-    the acceptance uses the incremental update's ``log p(x') - log p(x)``.
+    the acceptance uses the incremental update's ``log p(x') - log p(x)``. Every
+    selected address must be named by ``trace`` (:mod:`imcmc_lab.inference.selections`).
     """
-    selection = as_selection(selection)
+    return _hmc(trace, CheckedSelection(selection).confirm(trace, "hmc"), step_size, n_steps)
+
+
+def _hmc(trace, selection, step_size, n_steps):
     addresses = _selected_continuous(trace, selection)
+    if not addresses:      # a state of a trans-dimensional model without the selected choices
+        return trace, False
     x0 = [trace[a].detach() for a in addresses]
     _, g = _grad(trace, addresses, x0)
     if g is None:
@@ -66,8 +76,8 @@ class HMC(Kernel):
 
     def __init__(self, selection, step_size=0.1, n_steps=10, name=None):
         super().__init__(name or f"hmc({selection!r})")
-        self.selection = as_selection(selection)
+        self.selection = CheckedSelection(selection)    # remembers the addresses it has seen
         self.step_size, self.n_steps = step_size, n_steps
 
     def step(self, trace):
-        return hmc(trace, self.selection, self.step_size, self.n_steps)
+        return _hmc(trace, self.selection.confirm(trace, self.name), self.step_size, self.n_steps)

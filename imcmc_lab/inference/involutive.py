@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from ..transform.apply import EMPTY_AUX, apply_transform
-from .kernels import Kernel
 from ..transform.checks import involution_problem
+from .acceptance import metropolis_accept
+from .kernels import Kernel
 
 __all__ = ["involutive_mcmc", "involutive_move", "MoveRecord", "InvolutiveKernel"]
 
@@ -34,16 +33,42 @@ class MoveRecord:
     ``log_alpha``: ``model_log_ratio``, ``log_q_new``, ``log_q_old``,
     ``logabsdet``. ``accepted``; ``check_failure`` says why a check rejected
     the move (None if no check failed or none ran).
+
+    A record pickles (standard ``pickle`` when its programs are module-level, else
+    ``cloudpickle``) without its :class:`~imcmc_lab.transform.apply.Application`,
+    which holds autograd graphs: the copy re-applies the transform, a deterministic
+    function of ``(model_in, aux_in)``, when something asks for it.
     """
 
     def __init__(self, app, model_in, aux_in, log_q_old, log_alpha, accepted, check_failure,
                  q=None, q_args=()):
-        self.application = app
+        self._application, self._transform = app, app.run.transform
         self.q, self.q_args = q, tuple(q_args)   # what made aux_in (views re-apply f with them)
         self.model_in, self.aux_in = model_in, aux_in
         self.model_out, self.aux_out = app.new_model, app.new_aux
         self.log_q_old = log_q_old
         self.log_alpha, self.accepted, self.check_failure = log_alpha, accepted, check_failure
+
+    @property
+    def application(self):
+        """The transform's :class:`~imcmc_lab.transform.apply.Application` (reads, writes, Jacobian)."""
+        if self._application is None:       # an unpickled copy
+            self._application = apply_transform(self._transform, self.model_in, self.aux_in, self.q,
+                                                self.q_args, check_dimension=False)
+        return self._application
+
+    def __getstate__(self):
+        state = dict(self.__dict__, _application=None)
+        for side in ("aux_in", "aux_out"):          # the shared empty trace stays the shared one
+            if state[side] is EMPTY_AUX:
+                state[side] = _EMPTY_AUX_MARK
+        return state
+
+    def __setstate__(self, state):
+        for side in ("aux_in", "aux_out"):
+            if isinstance(state[side], str):
+                state[side] = EMPTY_AUX
+        self.__dict__.update(state)
 
     @property
     def trace(self):
@@ -103,6 +128,9 @@ class MoveRecord:
         return f"<MoveRecord {status}{why}: log alpha = {self.log_alpha:.4g}>"
 
 
+_EMPTY_AUX_MARK = "<EMPTY_AUX>"
+
+
 def involutive_move(trace, q, q_args, f, check=False, rtol=1e-6, atol=1e-8) -> MoveRecord:
     """One move of involutive MCMC from ``trace``; returns its :class:`MoveRecord`."""
     q_args = tuple(q_args) if q_args is not None else ()
@@ -121,7 +149,7 @@ def involutive_move(trace, q, q_args, f, check=False, rtol=1e-6, atol=1e-8) -> M
     log_alpha = app.model_log_ratio + app.log_q_new - log_q_old + app.logabsdet
     if math.isnan(log_alpha):
         log_alpha = -math.inf
-    accepted = log_alpha >= 0 or math.log(float(torch.rand((), dtype=torch.float64))) < log_alpha
+    accepted = metropolis_accept(log_alpha)
     return MoveRecord(app, trace, aux, log_q_old, log_alpha, accepted, None, q, q_args)
 
 

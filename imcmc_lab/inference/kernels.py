@@ -6,6 +6,9 @@ here also keep acceptance statistics per component, which chains report.
 
 from __future__ import annotations
 
+import itertools
+import numbers
+
 import torch
 
 __all__ = ["Kernel", "as_kernel", "cycle", "mixture", "repeat", "FunctionKernel"]
@@ -75,13 +78,18 @@ class _Composite(Kernel):
         return [c for k in self.kernels for c in k.components()]
 
 
+def _in_turn(kernels, trace):
+    """Apply each kernel in turn; accepted if any move was."""
+    any_accepted = False
+    for k in kernels:
+        trace, acc = k(trace)
+        any_accepted = any_accepted or bool(acc)
+    return trace, any_accepted
+
+
 class Cycle(_Composite):
     def step(self, trace):
-        any_accepted = False
-        for k in self.kernels:
-            trace, acc = k(trace)
-            any_accepted = any_accepted or bool(acc)
-        return trace, any_accepted
+        return _in_turn(self.kernels, trace)
 
 
 class Mixture(_Composite):
@@ -100,14 +108,13 @@ class Mixture(_Composite):
 class Repeat(_Composite):
     def __init__(self, kernel, n, name):
         super().__init__([kernel], name)
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+            raise ValueError(f"repeat: n must be a positive integer (how many times to apply the kernel), "
+                             f"got {n!r}")
         self.n = int(n)
 
     def step(self, trace):
-        any_accepted = False
-        for _ in range(self.n):
-            trace, acc = self.kernels[0](trace)
-            any_accepted = any_accepted or bool(acc)
-        return trace, any_accepted
+        return _in_turn(itertools.repeat(self.kernels[0], self.n), trace)
 
 
 def cycle(*kernels, name="cycle") -> Kernel:

@@ -2,39 +2,35 @@
 
 from __future__ import annotations
 
-import math
-
-import torch
-
 from ..core.address import format_address
-from ..core.choicemap import as_selection
 from ..errors import TransformError
+from ..modeling.gen import GenerativeFunction
+from .acceptance import metropolis_accept
 from .kernels import Kernel
+from .selections import CheckedSelection
 
 __all__ = ["mh", "MH"]
-
-
-def _accept(log_alpha) -> bool:
-    if math.isnan(log_alpha) or log_alpha == -math.inf:
-        return False
-    return log_alpha >= 0 or math.log(float(torch.rand((), dtype=torch.float64))) < log_alpha
 
 
 def mh(trace, selection_or_proposal, proposal_args=None):
     """One MH step: ``(new_trace, accepted)``.
 
     ``mh(trace, selection)`` resimulates the selected addresses from their prior
-    (``trace.regenerate``). ``mh(trace, q, q_args)`` proposes with a generative
+    (``trace.regenerate``); every selected address must be named by ``trace``
+    (see :mod:`imcmc_lab.inference.selections`: a typo is an error, not a no-op).
+    ``mh(trace, q, q_args)`` proposes with a generative
     function ``q(trace, *q_args)`` whose choices are new values at model
     addresses; the reverse proposal is ``q`` at the new trace scoring the old
     values (``q`` must propose every address it changes or adds).
     """
-    from ..modeling.gen import GenerativeFunction
-
     if isinstance(selection_or_proposal, GenerativeFunction):
         return _custom_mh(trace, selection_or_proposal, tuple(proposal_args or ()))
-    new_trace, weight = trace.regenerate(as_selection(selection_or_proposal))
-    if _accept(weight):
+    return _resimulation_mh(trace, CheckedSelection(selection_or_proposal).confirm(trace, "mh"))
+
+
+def _resimulation_mh(trace, selection):
+    new_trace, weight = trace.regenerate(selection)
+    if metropolis_accept(weight):
         return new_trace, True
     return trace, False
 
@@ -50,20 +46,32 @@ def _custom_mh(trace, q, q_args):
         )
     backward = q.assess((result.trace,) + q_args, result.discard)
     log_alpha = result.weight + backward - forward.score
-    if _accept(log_alpha):
+    if metropolis_accept(log_alpha):
         return result.trace, True
     return trace, False
 
 
 class MH(Kernel):
-    """Kernel form of :func:`mh`: ``MH(selection)`` or ``MH(q, q_args)``."""
+    """Kernel form of :func:`mh`: ``MH(selection)`` or ``MH(q, q_args)``.
+
+    With a selection, the kernel remembers the selected addresses it has seen in a
+    trace, so a trans-dimensional chain may pass through states without them.
+    """
 
     def __init__(self, selection_or_proposal, proposal_args=None, name=None):
         target = selection_or_proposal
         label = getattr(target, "name", None) or repr(target)
         super().__init__(name or f"mh({label})")
-        self.target = target if hasattr(target, "simulate") else as_selection(target)
-        self.args = proposal_args
+        self.proposal = target if isinstance(target, GenerativeFunction) else None
+        self.selection = None if self.proposal is not None else CheckedSelection(target)
+        self.args = tuple(proposal_args or ())
+
+    @property
+    def target(self):
+        """The proposal program, or the selection."""
+        return self.proposal if self.proposal is not None else self.selection.selection
 
     def step(self, trace):
-        return mh(trace, self.target, self.args)
+        if self.proposal is not None:
+            return _custom_mh(trace, self.proposal, self.args)
+        return _resimulation_mh(trace, self.selection.confirm(trace, self.name))

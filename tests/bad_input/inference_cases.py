@@ -2,7 +2,62 @@
 
 from __future__ import annotations
 
+import torch
+
+import imcmc_lab as il
+from imcmc_lab.errors import AddressError
+from imcmc_lab.examples import two_clusters
+
 from . import Case
 
+
+@il.gen
+def _normal_mean(n):
+    mu = il.normal(0.0, 2.0) @ "mu"
+    il.iid(il.normal(mu, 1.0), n) @ "x"
+
+
+def _trace():
+    trace, _ = _normal_mean.generate((3,), {"x": torch.tensor([0.5, 1.0, 1.5]), "mu": 0.0})
+    return trace
+
+
+def _run(kernel=None, trace="start", steps=5, **options):
+    kernel = kernel if kernel is not None else il.MH(il.select("mu"))
+    return il.run_chain(kernel, _trace() if trace == "start" else trace, steps, progress=False, **options)
+
+
 CASES: list[Case] = [
+    # issue 16, item 5: a selection that names no address of the trace (a typo) ran as the identity
+    Case("mh-function-selection-typo", lambda: il.mh(_trace(), il.select("muu")), AddressError,
+         ("'muu'", "did you mean 'mu'", "select")),
+    Case("mh-kernel-selection-typo", lambda: _run(il.MH(il.select("muu"))), AddressError,
+         ("'muu'", "did you mean 'mu'")),
+    Case("mh-kernel-one-of-two-selected-is-a-typo", lambda: _run(il.MH(il.select("mu", "xs"))), AddressError,
+         ("'xs'", "did you mean 'x'")),
+    Case("mh-selection-index-in-a-missing-namespace", lambda: il.mh(_trace(), il.select(("muu", 1))),
+         AddressError, ("('muu', 1)", "namespace")),
+    Case("hmc-selection-typo", lambda: _run(il.HMC(il.select("muu"))), AddressError,
+         ("'muu'", "did you mean 'mu'")),
+    Case("hmc-selection-of-discrete-choices-only",
+         lambda: il.hmc(two_clusters.initial_trace(torch.tensor([0.5, 1.0])), il.select("k")),
+         il.ImcmcError, ("hmc", "select('k')", "no continuous choice", "MH")),
+    # ... and a record entry that is in no sample gave NaN silently
+    Case("record-address-typo", lambda: _run(record=["muu"]), AddressError,
+         ("'muu'", "did you mean 'mu'", "no sample", "err.chain")),
+    Case("record-dict-address-typo", lambda: _run(record={"mean": "muu"}), AddressError,
+         ("'muu'", "'mean'", "did you mean 'mu'")),
+    # issue 16, item 21: run_chain's arguments
+    Case("run-chain-thin-zero", lambda: _run(thin=0), ValueError, ("thin", "0", "at least 1")),
+    Case("run-chain-thin-negative", lambda: _run(thin=-2), ValueError, ("thin", "-2")),
+    Case("run-chain-steps-negative", lambda: _run(steps=-1), ValueError, ("steps", "-1")),
+    Case("run-chain-steps-not-an-integer", lambda: _run(steps=2.5), TypeError, ("steps", "2.5", "integer")),
+    Case("run-chain-chains-zero", lambda: _run(chains=0), ValueError, ("chains", "0")),
+    Case("run-chain-threads-zero", lambda: _run(threads=0), ValueError, ("threads", "0")),
+    Case("run-chain-trace-none", lambda: _run(trace=None), TypeError,
+         ("start trace", "None", "simulate", "generate")),
+    Case("repeat-count-not-an-integer", lambda: il.repeat(il.MH(il.select("mu")), 2.5), ValueError,
+         ("repeat", "positive integer", "2.5")),
+    Case("run-chain-trace-not-a-trace", lambda: _run(trace={"mu": 0.0}), TypeError,
+         ("start trace", "dict", "generate")),
 ]

@@ -1,0 +1,20 @@
+"""The Metropolis-Hastings accept/reject decision, shared by every kernel."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["metropolis_accept"]
+
+
+def metropolis_accept(log_alpha: float) -> bool:
+    """Accept with probability ``min(1, exp(log_alpha))``; ``-inf`` and NaN reject.
+
+    A NaN acceptance ratio never accepts: a move whose ratio cannot be computed
+    must not move the chain.
+    """
+    if math.isnan(log_alpha) or log_alpha == -math.inf:
+        return False
+    return log_alpha >= 0 or math.log(float(torch.rand((), dtype=torch.float64))) < log_alpha
