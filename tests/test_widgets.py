@@ -218,6 +218,65 @@ def test_jacobian_view_marks_explicit_copies():
     assert lay.block_groups[0][2] == pytest.approx(0.0)
 
 
+def test_jacobian_view_prints_small_matrices_entries_and_the_determinant():
+    torch.manual_seed(1)
+    app = il.apply_transform(two_bijections, four_normals.simulate())
+    view = W.JacobianView(app)
+    # each partial derivative of this 6 x 6 matrix is printed in its cell, not only a dark square
+    assert view.frames[0].count('class="imcmc-value"') == 10     # two 2 x 2 blocks and two unit entries
+    assert ">2<" in view.frames[0] and ">−1<" in view.frames[0] and ">3<" in view.frames[0]
+    header = view.children[0].value
+    assert "(|det J| = " in header and f"{math.exp(app.jacobian.logabsdet):.4g}" in header
+    assert "|det J|</td>" in view.static_html()        # the table's last line
+    # the block-order subtitle fits in its picture (it was cut off at the right)
+    block = view.frames[1]
+    width = float(block.split('width="')[1].split('"')[0])
+    subtitle = "Rows: output coordinates · columns: input coordinates · blocks on the diagonal, eliminated coordinates last"
+    assert subtitle in block and width >= W._style.sans_width(subtitle, 12.5)
+
+
+# ---------------------------------------------------------------------------
+# large traces (issue 16, item 17): views collapse untouched coordinates
+# ---------------------------------------------------------------------------
+@il.gen
+def many_normals(n):
+    mu = il.normal(0.0, 1.0) @ "mu"
+    for i in range(n):
+        il.normal(mu, 1.0) @ ("x", i)
+
+
+@il.gen
+def mu_step(trace):
+    il.normal(0.0, 0.5) @ "u"
+
+
+@il.transform
+def shift_mu(model_in, aux_in, model_out, aux_out):
+    mu, u = read(model_in["mu"], continuous), read(aux_in["u"], continuous)
+    write(model_out["mu"], mu + u, continuous)
+    write(aux_out["u"], -u, continuous)
+
+
+def test_views_of_a_large_trace_stay_small(monkeypatch):
+    torch.manual_seed(0)
+    record = il.involutive_move(many_normals.simulate(2000), mu_step, (), shift_mu)
+    schematic = W.InvolutionSchematic(record)
+    size = sum(map(len, schematic.frames))
+    assert size < 150_000, size                        # was 20 MB: one row per choice in 3 frames
+    rows, _aux = schematic.stages.pairs[0]
+    assert [r.address for r in rows if not r.omitted][:1] == [("mu",)]
+    assert "2,000 more choices, not touched" in schematic.frames[0]
+    # the Jacobian view never builds the 2001 x 2001 dense matrix
+    monkeypatch.setattr(type(record.jacobian), "dense", lambda self: pytest.fail("dense Jacobian built"))
+    view = W.JacobianView(record)
+    assert sum(map(len, view.frames)) < 60_000
+    header = view.children[0].value
+    assert "full 2,002 × 2,002" in header and "2,000 eliminated (2,000 implicit copy)" in header
+    assert "kept (implicit copy) × 2,000" in view.frames[0]
+    lay = view.layout_data
+    assert lay.block_groups[0][2] == pytest.approx(record.jacobian.logabsdet)
+
+
 # ---------------------------------------------------------------------------
 # escaping
 # ---------------------------------------------------------------------------
