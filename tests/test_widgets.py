@@ -468,6 +468,80 @@ def test_stream_error_is_shown_and_samples_are_kept():
 # ---------------------------------------------------------------------------
 # packaging and the demo notebook
 # ---------------------------------------------------------------------------
+def test_stream_draws_names_with_dollar_signs_as_written():
+    # (issue 16, item 18) "$" starts matplotlib mathtext: "x$_$y" raised a ValueError
+    trace, _ = normal_mean.generate((3,), {"y": torch.tensor([0.5, 1.0, 1.5])})
+    kernel = il.MH(il.select("mu"), name="mh $_$ kernel")
+    stream = W.SamplerStream(kernel, trace, steps=5, record={"x$_$y": "mu"},
+                             plots=["x$_$y", "acceptance"])
+    stream.start().wait(20)
+    assert stream.status == "finished" and stream.draw_error is None
+    assert len(stream.image.value) > 1000
+
+
+def test_stream_shows_a_failed_redraw_in_the_view():
+    # (issue 16, item 18) under an event loop a failing redraw froze the plot without a word
+    def broken(chain):
+        raise ZeroDivisionError("the panel's own bug")
+
+    trace, _ = normal_mean.generate((3,), {"y": torch.tensor([0.5, 1.0, 1.5])})
+    stream = W.SamplerStream(il.MH(il.select("mu")), trace, steps=5, record={"mu": "mu"},
+                             plots=[("broken panel", broken)])
+    assert isinstance(stream.draw_error, ZeroDivisionError)
+    assert "could not be redrawn" in stream.progress_text.value and "the panel&#x27;s own bug" in stream.progress_text.value
+    stream.start().wait(20)
+    assert stream.status == "finished" and len(stream.chain.samples[0]) == 5    # the chain is unharmed
+
+
+def test_stream_polish_buttons_title_and_fresh_acceptance():
+    first = normal_stream(20)
+    first.start().wait(20)
+    assert first.kernel.acceptance()
+    # a new sampler with the same kernel starts fresh: no acceptance rates from the earlier chain
+    second = W.SamplerStream(first.kernel, first.chain.trace, steps=5, plots=["log joint"])
+    assert "accepted" not in second.progress_text.value
+    # the buttons keep their size; the status line is on its own row, not squeezing them
+    for button in (second.start_button, second.pause_button, second.stop_button):
+        assert button.layout.flex == "0 0 auto"
+    controls = second.children[1]
+    assert second.progress_text not in controls.children
+    # the log-joint panel says what it plots (it read "log p(x, b)" with an unexplained b)
+    title = second._axes[0][0].get_title(loc="left")
+    assert "b)" not in title and "log joint density" in title
+
+
+def test_views_leave_a_static_picture_beside_the_widget(monkeypatch):
+    """Displayed in a notebook, each view leaves two outputs: the static fallback, then the widget."""
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda obj, raw=False, display_id=None: shown.append(obj) or _Handle(shown, len(shown) - 1))
+    record = split_record()
+    for view in (W.InvolutionSchematic(record), W.JacobianView(record)):
+        shown.clear()
+        view._ipython_display_()
+        static, live = shown
+        assert "<svg" in static["text/html"] and view.static_id in static["text/html"]
+        assert "application/vnd.jupyter.widget-view+json" in live
+        assert view.static_id in view.children[-1].value           # the live widget hides the fallback
+    stream = normal_stream(5)
+    shown.clear()
+    stream._ipython_display_()
+    stream.start().wait(20)
+    final = shown[0]
+    assert ">5</b> / 5 steps" in final["text/html"] and "finished" in final["text/html"]
+    assert "data:image/png;base64," in final["text/html"]
+
+
+class _Handle:
+    def __init__(self, shown, index):
+        self.shown, self.index = shown, index
+
+    def update(self, obj, raw=False):
+        self.shown[self.index] = obj
+
+
 def test_engine_imports_no_widgets_and_il_widgets_is_lazy():
     code = ("import sys, imcmc_lab as il; assert 'ipywidgets' not in sys.modules and 'IPython' not in sys.modules; "
             "w = il.widgets; assert 'ipywidgets' in sys.modules and w.InvolutionSchematic")

@@ -360,7 +360,7 @@ def render_matrix(lay: JacobianLayout, kind: str = "address") -> str:
             out.append(svg_text(x + cell / 2, y + cell / 2 + 4, "I", size=min(11, cell - 4), fill="#ffffff",
                                 family=SANS, weight="700", anchor="middle"))
         elif value is not None and values:     # the partial derivative itself
-            out.append(svg_text(x + cell / 2, y + cell / 2 + 4, _fmt_cell(value), size=11,
+            out.append(svg_text(x + cell / 2, y + cell / 2 + 4, _fmt_cell(value), size=10,
                                 fill=NONZERO if removed else "#ffffff", family=MONO, anchor="middle",
                                 extra=' class="imcmc-value"'))
     if kind == "block":   # one outline per block, now contiguous

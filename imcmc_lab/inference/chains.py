@@ -135,6 +135,23 @@ class Chain:
         return f"<Chain: {self.n_chains} chain(s) x {len(self)} samples{flag}; acceptance {rates}>"
 
 
+def _progress_bar(total, name):
+    """tqdm's bar, its description at most 32 characters (a widget cuts longer ones). In a
+    notebook tqdm's bar is a widget whose saved text reads "0/5000" (its state when first
+    shown): it is shown with a display id, which ``run_chain`` updates when it closes."""
+    from tqdm.auto import tqdm
+    from tqdm.notebook import tqdm_notebook
+
+    desc = name if len(name) <= 32 else name[:31] + "…"
+    if not issubclass(tqdm, tqdm_notebook):
+        return tqdm(total=total, desc=desc, leave=True)
+    from IPython.display import display
+
+    bar = tqdm(total=total, desc=desc, leave=True, display=False)
+    bar.saved_display = display(bar.container, display_id=True)
+    return bar
+
+
 def run_chain(kernel, trace, steps: int, record=None, chains=None, thin: int = 1,
               progress: bool = True, callback=None, chain=None) -> Chain:
     """Run ``kernel`` for ``steps`` steps from ``trace`` (or from each trace in a list).
@@ -157,9 +174,7 @@ def run_chain(kernel, trace, steps: int, record=None, chains=None, thin: int = 1
     read = recorder(record)
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=steps * len(starts), desc=kernel.name, leave=True)
+        bar = _progress_bar(steps * len(starts), kernel.name)
     try:
         for c, state in enumerate(starts):
             chain.traces[c] = state
@@ -185,5 +200,7 @@ def run_chain(kernel, trace, steps: int, record=None, chains=None, thin: int = 1
     finally:
         if bar is not None:
             bar.close()
+            if getattr(bar, "saved_display", None) is not None:   # the final state, for the saved notebook
+                bar.saved_display.update(bar.container)
         chain.acceptance = kernel.acceptance()
     return chain
