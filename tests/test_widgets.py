@@ -90,6 +90,18 @@ def test_schematic_widget_frames_and_controls():
     assert static.count("class='imcmc-frame'") == 3 and "imcmc-play" in static
 
 
+def test_schematic_says_whether_the_move_was_accepted():
+    # (issue 17) a rejected split was shown as if the chain had moved
+    record = split_record()
+    view = W.InvolutionSchematic(record)
+    verdict = "accepted: the chain moves to x′" if record.accepted else "rejected: the chain stays at x"
+    assert "imcmc-verdict" not in view.frames[0]
+    assert verdict in view.frames[1] and verdict in view.frames[2]
+    record.accepted = not record.accepted
+    flipped = W.InvolutionSchematic(record).frames[1]
+    assert ("rejected: the chain stays at x" if record.accepted is False else "accepted: the chain moves") in flipped
+
+
 def test_schematic_of_a_subtree_swap_draws_namespace_copies():
     """Paper Fig. 2f: the copied subtrees are drawn as one connector each and outlined."""
     xs, ys = gp.synthetic_data(n=10)

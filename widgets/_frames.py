@@ -163,5 +163,5 @@ def display_with_fallback(widget, fallback: dict, display_id=None):
     from IPython.display import display
 
     handle = display(fallback, raw=True, display_id=display_id)
-    display(W.DOMWidget._repr_mimebundle_(widget), raw=True)
+    display(widget._repr_mimebundle_(), raw=True)    # (a frame player's keeps its own text/html too)
     return handle

@@ -436,6 +436,13 @@ def render_frame(stages: Stages, frame: int, lay: _Layout = None) -> str:
             sub = stages.summary(app, output=False) if app is not None else ""
         if sub:
             g.append(svg_text(x, 78, sub, size=11.5, fill=MUTED, family=SANS))
+        if col == 1 and reached:    # what the chain did with the proposal (a rejected one teaches the wrong picture)
+            accepted = getattr(stages.record, "accepted", None)
+            if accepted is not None:
+                text, role = (("accepted: the chain moves to x′", "copied") if accepted
+                              else ("rejected: the chain stays at x", "differs"))
+                g.append(f'<g class="imcmc-verdict" data-accepted="{str(bool(accepted)).lower()}">'
+                         + _pill(x, 98, text, ROLES[role][0], ROLES[role][1]) + "</g>")
         if col == 2 and reached:
             ok = stages.returns_to_start
             text, role = ("= (x, y)  ✓ involution", "copied") if ok else ("≠ (x, y)  ✗ not an involution", "differs")
