@@ -90,6 +90,18 @@ def test_schematic_widget_frames_and_controls():
     assert static.count("class='imcmc-frame'") == 3 and "imcmc-play" in static
 
 
+def test_schematic_says_whether_the_move_was_accepted():
+    # (issue 17) a rejected split was shown as if the chain had moved
+    record = split_record()
+    view = W.InvolutionSchematic(record)
+    verdict = "accepted: the chain moves to x′" if record.accepted else "rejected: the chain stays at x"
+    assert "imcmc-verdict" not in view.frames[0]
+    assert verdict in view.frames[1] and verdict in view.frames[2]
+    record.accepted = not record.accepted
+    flipped = W.InvolutionSchematic(record).frames[1]
+    assert ("rejected: the chain stays at x" if record.accepted is False else "accepted: the chain moves") in flipped
+
+
 def test_schematic_of_a_subtree_swap_draws_namespace_copies():
     """Paper Fig. 2f: the copied subtrees are drawn as one connector each and outlined."""
     xs, ys = gp.synthetic_data(n=10)
@@ -216,6 +228,65 @@ def test_jacobian_view_marks_explicit_copies():
     svg = W.jacobian.render_matrix(lay)
     assert "copy of model_in[b]" in svg and "copy of model_in[a]" in svg
     assert lay.block_groups[0][2] == pytest.approx(0.0)
+
+
+def test_jacobian_view_prints_small_matrices_entries_and_the_determinant():
+    torch.manual_seed(1)
+    app = il.apply_transform(two_bijections, four_normals.simulate())
+    view = W.JacobianView(app)
+    # each partial derivative of this 6 x 6 matrix is printed in its cell, not only a dark square
+    assert view.frames[0].count('class="imcmc-value"') == 10     # two 2 x 2 blocks and two unit entries
+    assert ">2<" in view.frames[0] and ">−1<" in view.frames[0] and ">3<" in view.frames[0]
+    header = view.children[0].value
+    assert "(|det J| = " in header and f"{math.exp(app.jacobian.logabsdet):.4g}" in header
+    assert "|det J|</td>" in view.static_html()        # the table's last line
+    # the block-order subtitle fits in its picture (it was cut off at the right)
+    block = view.frames[1]
+    width = float(block.split('width="')[1].split('"')[0])
+    subtitle = "Rows: output coordinates · columns: input coordinates · blocks on the diagonal, eliminated coordinates last"
+    assert subtitle in block and width >= W._style.sans_width(subtitle, 12.5)
+
+
+# ---------------------------------------------------------------------------
+# large traces (issue 16, item 17): views collapse untouched coordinates
+# ---------------------------------------------------------------------------
+@il.gen
+def many_normals(n):
+    mu = il.normal(0.0, 1.0) @ "mu"
+    for i in range(n):
+        il.normal(mu, 1.0) @ ("x", i)
+
+
+@il.gen
+def mu_step(trace):
+    il.normal(0.0, 0.5) @ "u"
+
+
+@il.transform
+def shift_mu(model_in, aux_in, model_out, aux_out):
+    mu, u = read(model_in["mu"], continuous), read(aux_in["u"], continuous)
+    write(model_out["mu"], mu + u, continuous)
+    write(aux_out["u"], -u, continuous)
+
+
+def test_views_of_a_large_trace_stay_small(monkeypatch):
+    torch.manual_seed(0)
+    record = il.involutive_move(many_normals.simulate(2000), mu_step, (), shift_mu)
+    schematic = W.InvolutionSchematic(record)
+    size = sum(map(len, schematic.frames))
+    assert size < 150_000, size                        # was 20 MB: one row per choice in 3 frames
+    rows, _aux = schematic.stages.pairs[0]
+    assert [r.address for r in rows if not r.omitted][:1] == [("mu",)]
+    assert "2,000 more choices, not touched" in schematic.frames[0]
+    # the Jacobian view never builds the 2001 x 2001 dense matrix
+    monkeypatch.setattr(type(record.jacobian), "dense", lambda self: pytest.fail("dense Jacobian built"))
+    view = W.JacobianView(record)
+    assert sum(map(len, view.frames)) < 60_000
+    header = view.children[0].value
+    assert "full 2,002 × 2,002" in header and "2,000 eliminated (2,000 implicit copy)" in header
+    assert "kept (implicit copy) × 2,000" in view.frames[0]
+    lay = view.layout_data
+    assert lay.block_groups[0][2] == pytest.approx(record.jacobian.logabsdet)
 
 
 # ---------------------------------------------------------------------------
@@ -409,6 +480,80 @@ def test_stream_error_is_shown_and_samples_are_kept():
 # ---------------------------------------------------------------------------
 # packaging and the demo notebook
 # ---------------------------------------------------------------------------
+def test_stream_draws_names_with_dollar_signs_as_written():
+    # (issue 16, item 18) "$" starts matplotlib mathtext: "x$_$y" raised a ValueError
+    trace, _ = normal_mean.generate((3,), {"y": torch.tensor([0.5, 1.0, 1.5])})
+    kernel = il.MH(il.select("mu"), name="mh $_$ kernel")
+    stream = W.SamplerStream(kernel, trace, steps=5, record={"x$_$y": "mu"},
+                             plots=["x$_$y", "acceptance"])
+    stream.start().wait(20)
+    assert stream.status == "finished" and stream.draw_error is None
+    assert len(stream.image.value) > 1000
+
+
+def test_stream_shows_a_failed_redraw_in_the_view():
+    # (issue 16, item 18) under an event loop a failing redraw froze the plot without a word
+    def broken(chain):
+        raise ZeroDivisionError("the panel's own bug")
+
+    trace, _ = normal_mean.generate((3,), {"y": torch.tensor([0.5, 1.0, 1.5])})
+    stream = W.SamplerStream(il.MH(il.select("mu")), trace, steps=5, record={"mu": "mu"},
+                             plots=[("broken panel", broken)])
+    assert isinstance(stream.draw_error, ZeroDivisionError)
+    assert "could not be redrawn" in stream.progress_text.value and "the panel&#x27;s own bug" in stream.progress_text.value
+    stream.start().wait(20)
+    assert stream.status == "finished" and len(stream.chain.samples[0]) == 5    # the chain is unharmed
+
+
+def test_stream_polish_buttons_title_and_fresh_acceptance():
+    first = normal_stream(20)
+    first.start().wait(20)
+    assert first.kernel.acceptance()
+    # a new sampler with the same kernel starts fresh: no acceptance rates from the earlier chain
+    second = W.SamplerStream(first.kernel, first.chain.trace, steps=5, plots=["log joint"])
+    assert "accepted" not in second.progress_text.value
+    # the buttons keep their size; the status line is on its own row, not squeezing them
+    for button in (second.start_button, second.pause_button, second.stop_button):
+        assert button.layout.flex == "0 0 auto"
+    controls = second.children[1]
+    assert second.progress_text not in controls.children
+    # the log-joint panel says what it plots (it read "log p(x, b)" with an unexplained b)
+    title = second._axes[0][0].get_title(loc="left")
+    assert "b)" not in title and "log joint density" in title
+
+
+def test_views_leave_a_static_picture_beside_the_widget(monkeypatch):
+    """Displayed in a notebook, each view leaves two outputs: the static fallback, then the widget."""
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda obj, raw=False, display_id=None: shown.append(obj) or _Handle(shown, len(shown) - 1))
+    record = split_record()
+    for view in (W.InvolutionSchematic(record), W.JacobianView(record)):
+        shown.clear()
+        view._ipython_display_()
+        static, live = shown
+        assert "<svg" in static["text/html"] and view.static_id in static["text/html"]
+        assert "application/vnd.jupyter.widget-view+json" in live
+        assert view.static_id in view.children[-1].value           # the live widget hides the fallback
+    stream = normal_stream(5)
+    shown.clear()
+    stream._ipython_display_()
+    stream.start().wait(20)
+    final = shown[0]
+    assert ">5</b> / 5 steps" in final["text/html"] and "finished" in final["text/html"]
+    assert "data:image/png;base64," in final["text/html"]
+
+
+class _Handle:
+    def __init__(self, shown, index):
+        self.shown, self.index = shown, index
+
+    def update(self, obj, raw=False):
+        self.shown[self.index] = obj
+
+
 def test_engine_imports_no_widgets_and_il_widgets_is_lazy():
     code = ("import sys, imcmc_lab as il; assert 'ipywidgets' not in sys.modules and 'IPython' not in sys.modules; "
             "w = il.widgets; assert 'ipywidgets' in sys.modules and w.InvolutionSchematic")

@@ -8,6 +8,14 @@ exported without widget state, a GitHub preview), the mime bundle's
 ``text/html`` fallback is a self-contained page fragment with the same frames
 and a few lines of inline JavaScript; with JavaScript stripped it shows every
 frame one below the other.
+
+Saved notebooks: a notebook reopened without its widget state (JupyterLab does
+not save it by default), a GitHub or nbviewer preview and an HTML export read
+offline all lack the live widget. So a view displays *two* outputs (see
+:func:`display_with_fallback`): first the static fallback (``text/html``), then
+the widget. When the widget renders, a ``<style>`` inside it hides the fallback
+(by a class unique to this view); where it does not render, the fallback stays,
+and its own ``<style>`` hides the widget's "Error displaying widget" line.
 """
 
 from __future__ import annotations
@@ -55,14 +63,17 @@ class FramePlayer(W.VBox):
         else:
             raise ValueError(f"control must be 'play' or 'toggle', not {control!r}")
         self.control = control
+        self.static_id = new_static_id()
         children = []
         if header_html:
             children.append(W.HTML(header_html))
         children += [W.HBox(controls, layout=W.Layout(align_items="center")), self.stack]
         if footer_html:
             children.append(W.HTML(footer_html))
+        children.append(hide_fallback(self.static_id))
         super().__init__(children, layout=W.Layout(width="100%"))
         self.add_class("imcmc-frames")
+        self.add_class("imcmc-live")
 
     def show(self, index: int):
         """Show frame ``index`` (sets the control and the stack from Python too)."""
@@ -79,6 +90,9 @@ class FramePlayer(W.VBox):
         bundle["text/plain"] = repr(self)
         bundle["text/html"] = self.static_html()
         return bundle
+
+    def _ipython_display_(self):
+        display_with_fallback(self, {"text/html": self.static_html(), "text/plain": repr(self)})
 
     def static_html(self) -> str:
         """The self-contained fallback: the same frames, switched by inline JavaScript."""
@@ -109,11 +123,45 @@ if(btn) btn.addEventListener('click', function(){{
 }});
 show(0);
 }})();</script>"""
-        return (f"<div id='{uid}' class='imcmc-static'>{self._header_html}{controls}{frames}"
-                f"{self._footer_html}</div>{script}")
+        return (f"<div id='{uid}' class='imcmc-static {self.static_id}'>{self._header_html}{controls}{frames}"
+                f"{self._footer_html}</div>{fallback_style(self.static_id)}{script}")
 
 
 def caption(title: str, detail: str = "") -> str:
     """A header line: ``title`` in bold and ``detail`` (already HTML) in grey."""
     return (f'<div style="font:14px {SANS};margin:2px 0 4px;color:{INK}"><b>{esc(title)}</b>'
             f"<span style='color:{MUTED};margin-left:10px'>{detail}</span></div>")
+
+
+# ---------------------------------------------------------------------------------------------
+# The static fallback beside the widget (saved notebooks, exports, previews)
+
+def new_static_id() -> str:
+    return "imcmc-static-" + uuid.uuid4().hex[:12]
+
+
+def hide_fallback(static_id: str) -> W.HTML:
+    """A widget child whose ``<style>`` hides the fallback output ``static_id`` (and the output
+    area holding it) wherever the live widget renders."""
+    return W.HTML(f"<style>.{static_id}{{display:none!important}}"
+                  f".jp-OutputArea-child:has(.{static_id}){{display:none!important}}</style>",
+                  layout=W.Layout(display="none"))
+
+
+def fallback_style(static_id: str) -> str:
+    """The fallback's own ``<style>``: the output right after it (the widget) is hidden unless
+    the widget really rendered there (JupyterLab's "Error displaying widget: model not found",
+    an export's text/plain repr)."""
+    return (f"<style>.jp-OutputArea-child:has(.{static_id}) + .jp-OutputArea-child"
+            f":not(:has(.imcmc-live)){{display:none}}</style>")
+
+
+def display_with_fallback(widget, fallback: dict, display_id=None):
+    """Display ``fallback`` (a mime bundle) and then ``widget``, as two outputs of the cell
+    (module docstring). Returns the fallback's display handle when ``display_id`` is true,
+    so a view that changes (a live sampler) can update what a saved notebook shows."""
+    from IPython.display import display
+
+    handle = display(fallback, raw=True, display_id=display_id)
+    display(widget._repr_mimebundle_(), raw=True)    # (a frame player's keeps its own text/html too)
+    return handle

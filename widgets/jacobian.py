@@ -17,9 +17,9 @@ import math
 
 from ._frames import FramePlayer, caption
 from ._style import (BLOCK_COLOURS, ELIMINATED, FAINT, INK, LINE, MONO, MONO_CHAR, MUTED, PANEL, SANS,
-                     address_text, esc, legend_svg, svg_text)
+                     address_text, esc, legend_svg, sans_width, svg_text)
 
-__all__ = ["JacobianView", "JacobianLayout", "coordinate_label"]
+__all__ = ["JacobianView", "JacobianLayout", "GroupedJacobianLayout", "layout", "coordinate_label"]
 
 NONZERO = "#24292f"
 ELIM_BAND = "#eef1f4"
@@ -46,6 +46,9 @@ class JacobianLayout:
     ``{(r, c): (value or None, unit kind or None)}`` for nonzero entries;
     ``block_groups``: blocks in drawn indices.
     """
+
+    note = None             # what the drawing leaves out, if anything
+    MAX_VALUES = 12         # matrices up to this size show each entry's value in its cell
 
     def __init__(self, jacobian, collapse: int = 6):
         self.record = jacobian
@@ -138,6 +141,107 @@ class JacobianLayout:
         return rows, cols
 
 
+MAX_DENSE = 150      # more coordinates than this on a side: draw from the record's groups (no dense J)
+MAX_REDUCED = 60     # more reduced coordinates than this: one row and column per block
+MAX_COPY_ROWS = 12   # more copied choices than this: one row for all of them
+
+
+class GroupedJacobianLayout(JacobianLayout):
+    """The layout of a Jacobian over many coordinates (issue 16, item 17), made from the
+    record's per-address groups without the dense matrix: each reduced coordinate is a
+    row and a column (one per block when there are more than ``MAX_REDUCED``), and the
+    eliminated coordinates are lumped, one row and column per kind (per copied choice
+    when there are few), drawn as identity blocks. Entries of eliminated rows and columns
+    other than their unit entries are not drawn (``note`` says so)."""
+
+    def __init__(self, jacobian):
+        self.record, self.dense, self.logabsdet = jacobian, None, jacobian.logabsdet
+        self.row_groups, self.col_groups, self.row_labels, self.col_labels = [], [], [], []
+        self.row_kind, self.col_kind, self.partner, self.cells = {}, {}, {}, {}
+        self.blocks = [([], [], b.logabsdet) for b in jacobian.blocks]     # (truthiness and count)
+        self.eliminated = []
+        self._reduced_part(jacobian)
+        self._counts: dict = {}
+        lumps: dict = {}
+        copies = [e for e in jacobian.eliminated_groups if e[2] == "copy"]
+        for gi, go, kind in list(jacobian.eliminated_groups) + [
+                (_One(cin), _One(cout), kind) for cin, cout, kind in jacobian.pass_through]:
+            self._counts[kind] = self._counts.get(kind, 0) + go.size
+            key = (kind, gi[1], go[1]) if kind == "copy" and len(copies) <= MAX_COPY_ROWS else (kind,)
+            lumps.setdefault(key, []).append((gi, go))
+        for key, pairs in lumps.items():
+            kind, size = key[0], sum(go.size for _gi, go in pairs)
+            r, c = self._add(self.row_groups, self.row_labels, _lump_label([go for _, go in pairs]), size), \
+                self._add(self.col_groups, self.col_labels, _lump_label([gi for gi, _ in pairs]), size)
+            self.row_kind[r], self.col_kind[c], self.partner[r] = kind, kind, c
+            self.cells[(r, c)] = (None, kind)
+        self.note = (f"{self.shape[0]:,} × {self.shape[1]:,} coordinates: eliminated coordinates are drawn as one "
+                     "identity block per kind, and the other entries of their rows and columns are not drawn.")
+
+    def _reduced_part(self, jacobian):
+        rows, cols = list(jacobian.rows), list(jacobian.cols)
+        if len(rows) <= MAX_REDUCED and len(cols) <= MAX_REDUCED:
+            for c in rows:
+                self._add(self.row_groups, self.row_labels, coordinate_label(c), 1)
+            for c in cols:
+                self._add(self.col_groups, self.col_labels, coordinate_label(c), 1)
+            reduced = jacobian.reduced
+            for i, j in (reduced != 0).nonzero().tolist():
+                self.cells[(i, j)] = (float(reduced[i, j]), None)
+            row_at, col_at = {c: i for i, c in enumerate(rows)}, {c: j for j, c in enumerate(cols)}
+            self.block_groups = [(sorted(row_at[c] for c in b.rows), sorted(col_at[c] for c in b.cols), b.logabsdet)
+                                 for b in jacobian.blocks]
+            return
+        self.block_groups = []
+        for b, block in enumerate(jacobian.blocks):
+            r = self._add(self.row_groups, self.row_labels, f"B{b + 1}: {len(block.rows):,} outputs", len(block.rows))
+            c = self._add(self.col_groups, self.col_labels, f"B{b + 1}: {len(block.cols):,} inputs", len(block.cols))
+            self.cells[(r, c)] = (None, None)
+            self.block_groups.append(([r], [c], block.logabsdet))
+
+    @staticmethod
+    def _add(groups, labels, label, size) -> int:
+        groups.append(range(size))
+        labels.append(label)
+        return len(groups) - 1
+
+    @property
+    def shape(self):
+        return self.record.full_size
+
+    def eliminated_counts(self) -> dict:
+        return dict(self._counts)
+
+
+class _One(tuple):
+    """A single coordinate seen as a group of size 1 (a pass-through elimination)."""
+
+    def __new__(cls, coord):
+        return tuple.__new__(cls, (coord.trace, coord.address, 1, coord.index is not None))
+
+    size = property(lambda self: 1)
+
+
+def _lump_label(groups) -> str:
+    """``model_out[mu, 2]`` for one choice, ``model_out[x][0…99]`` for one vector,
+    ``model_out[… 10,000 choices]`` for many."""
+    g = groups[0]
+    if len(groups) == 1:
+        text = f"{g[0]}[{address_text(g[1])}]"
+        return f"{text}[0…{g[2] - 1}]" if g[3] and g[2] > 1 else text
+    traces = sorted({h[0] for h in groups})
+    return f"{'/'.join(traces)}[… {len({(h[0], h[1]) for h in groups}):,} choices]"
+
+
+def layout(jacobian, collapse: int = 6) -> JacobianLayout:
+    """The layout for ``jacobian``: coordinate by coordinate (with the dense matrix) when
+    small, else from its groups (:class:`GroupedJacobianLayout`)."""
+    rows, cols = jacobian.full_size
+    if max(rows, cols) > MAX_DENSE:
+        return GroupedJacobianLayout(jacobian)
+    return JacobianLayout(jacobian, collapse=collapse)
+
+
 def _group_label(coords, group) -> str:
     first = coordinate_label(coords[group[0]])
     if len(group) == 1:
@@ -150,12 +254,25 @@ def _fmt(x: float) -> str:
     return "−∞" if x == -math.inf else f"{x:.4g}".replace("-", "−")
 
 
+def _det(logabsdet: float) -> str:
+    """``|det J|`` from its logarithm, as text."""
+    if math.isnan(logabsdet):
+        return "NaN"
+    return "∞" if logabsdet > 700 else f"{math.exp(logabsdet):.4g}"
+
+
+def _det_text(logabsdet: float) -> str:
+    """``log |det J| = 0.6931 (|det J| = 2)``."""
+    return f"log |det J| = {_fmt(logabsdet)} (|det J| = {_det(logabsdet)})"
+
+
 def render_matrix(lay: JacobianLayout, kind: str = "address") -> str:
     """The SVG of the sparsity pattern in ``"address"`` or ``"block"`` order."""
     row_order, col_order = lay.order(kind)
     n_rows, n_cols = len(lay.row_groups), len(lay.col_groups)
     n = max(n_rows, n_cols, 1)
-    cell = max(6, min(26, int(520 / n)))
+    values = n <= lay.MAX_VALUES      # room to print each partial derivative in its cell
+    cell = 50 if values else max(6, min(26, int(520 / n)))
     font = min(12.0, cell - 3.0)
     show_labels = font >= 7.5
     row_labels, col_labels = lay.row_labels, lay.col_labels
@@ -170,7 +287,7 @@ def render_matrix(lay: JacobianLayout, kind: str = "address") -> str:
     for r, elim in lay.row_kind.items():
         c = lay.partner.get(r)
         size = len(lay.row_groups[r])
-        times = f" × {size}" if size > 1 else ""
+        times = f" × {size:,}" if size > 1 else ""
         if elim == "copy" and c is not None:
             tags[r] = f"copy of {col_labels[c]}"
         elif elim == "implicit":
@@ -192,14 +309,14 @@ def render_matrix(lay: JacobianLayout, kind: str = "address") -> str:
         items.append((BLOCK_COLOURS[0][0], BLOCK_COLOURS[0][1], "reduced block"))
     height = top + n_rows * cell + 64
     legend, legend_w = legend_svg(14, height - 20, items, size=11)
-    width = max(left + n_cols * cell + max(right, lean) + 20, 560, legend_w + 28)
+    title = ("Rows: output coordinates · columns: input coordinates · "
+             + ("blocks on the diagonal, eliminated coordinates last" if kind == "block" else "address order"))
+    width = max(left + n_cols * cell + max(right, lean) + 20, 560, legend_w + 28, sans_width(title, 12.5) * 1.05 + 28)
     x0, y0 = left, top
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="imcmc-jacobian" data-order="{kind}" '
            f'viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" '
            f'style="max-width:100%;height:auto;background:#ffffff" role="img">',
            f"<title>Jacobian sparsity pattern ({esc(kind)} order)</title>"]
-    title = ("Rows: output coordinates · columns: input coordinates · "
-             + ("blocks on the diagonal, eliminated coordinates last" if kind == "block" else "address order"))
     out.append(svg_text(14, 22, title, size=12.5, fill=MUTED, family=SANS))
     row_pos = {r: p for p, r in enumerate(row_order)}
     col_pos = {c: p for p, c in enumerate(col_order)}
@@ -226,7 +343,8 @@ def render_matrix(lay: JacobianLayout, kind: str = "address") -> str:
         x, y = x0 + col_pos[c] * cell, y0 + row_pos[r] * cell
         removed = unit is None and (r in lay.row_kind or c in lay.col_kind)
         fill = ELIMINATED[unit][0] if unit is not None else NONZERO
-        shown = "identity block" if value is None else f"{value:.6g}"
+        shown = f"{value:.6g}" if value is not None else (
+            "identity block" if unit else "a reduced block, too large to draw entry by entry")
         tip = (f"∂ {row_labels[r]} / ∂ {col_labels[c]} = {shown}"
                + (f" ({ELIMINATED[unit][1]}, eliminated)" if unit else "")
                + (" (removed with an eliminated row or column)" if removed else ""))
@@ -238,9 +356,13 @@ def render_matrix(lay: JacobianLayout, kind: str = "address") -> str:
         out.append(f'<rect class="imcmc-cell" data-row="{r}" data-col="{c}" x="{x + inset}" y="{y + inset}" '
                    f'width="{cell - 2 * inset}" height="{cell - 2 * inset}" rx="{rx:.1f}" {paint}>'
                    f"<title>{esc(tip)}</title></rect>")
-        if value is None and cell >= 12:   # a collapsed identity block
+        if value is None and unit and cell >= 12:   # a collapsed identity block
             out.append(svg_text(x + cell / 2, y + cell / 2 + 4, "I", size=min(11, cell - 4), fill="#ffffff",
                                 family=SANS, weight="700", anchor="middle"))
+        elif value is not None and values:     # the partial derivative itself
+            out.append(svg_text(x + cell / 2, y + cell / 2 + 4, _fmt_cell(value), size=10,
+                                fill=NONZERO if removed else "#ffffff", family=MONO, anchor="middle",
+                                extra=' class="imcmc-value"'))
     if kind == "block":   # one outline per block, now contiguous
         for b, (brows, bcols, _logdet) in enumerate(lay.block_groups):
             if not brows or not bcols:
@@ -276,16 +398,26 @@ def render_matrix(lay: JacobianLayout, kind: str = "address") -> str:
     return "".join(out)
 
 
+def _fmt_cell(x: float) -> str:
+    return f"{x:.3g}".replace("-", "−")
+
+
+def _coordinate_list(coords, limit=12) -> str:
+    shown = ", ".join(esc(coordinate_label(c)) for c in coords[:limit])
+    return shown + (f", … {len(coords) - limit:,} more" if len(coords) > limit else "")
+
+
 def _block_table(lay: JacobianLayout) -> str:
     """The reduced blocks: size, coordinates, ``log |det|``; and the total."""
+    note = f'<div style="font:12px {SANS};color:{MUTED};margin-top:4px">{esc(lay.note)}</div>' if lay.note else ""
     if not lay.blocks:
-        return (f'<div style="font:12.5px {SANS};color:{MUTED};margin-top:6px">Nothing left after the eliminations: '
-                f"log |det J| = 0.</div>")
+        return note + (f'<div style="font:12.5px {SANS};color:{MUTED};margin-top:6px">Nothing left after the '
+                       f"eliminations: log |det J| = 0 (|det J| = 1).</div>")
     rows = []
-    for b, (brows, bcols, logdet) in enumerate(lay.blocks):
+    for b, block in enumerate(lay.record.blocks):
         colour, tint = BLOCK_COLOURS[b % len(BLOCK_COLOURS)]
-        outs = ", ".join(esc(coordinate_label(lay.rows[i])) for i in brows)
-        ins = ", ".join(esc(coordinate_label(lay.cols[j])) for j in bcols)
+        brows, bcols, logdet = block.rows, block.cols, block.logabsdet
+        outs, ins = _coordinate_list(list(brows)), _coordinate_list(list(bcols))
         rows.append(f"<tr><td><span style='display:inline-block;width:11px;height:11px;border-radius:3px;"
                     f"background:{tint};border:2px solid {colour};vertical-align:-1px'></span> B{b + 1}</td>"
                     f"<td style='white-space:nowrap'>{len(brows)} × {len(bcols)}</td><td class='imcmc-mono'>{outs}</td>"
@@ -298,7 +430,10 @@ def _block_table(lay: JacobianLayout) -> str:
             f"<table class='imcmc-jtab'><tr><th>block</th><th>size</th><th>rows (outputs)</th>"
             f"<th>columns (inputs)</th><th style='text-align:right;white-space:nowrap'>log |det|</th></tr>{''.join(rows)}"
             f"<tr><td colspan='4' style='text-align:right;font-weight:600'>log |det J| (sum over blocks)</td>"
-            f"<td class='imcmc-num' style='font-weight:600'>{_fmt(lay.logabsdet)}</td></tr></table>")
+            f"<td class='imcmc-num' style='font-weight:600'>{_fmt(lay.logabsdet)}</td></tr>"
+            f"<tr><td colspan='4' style='text-align:right;color:{MUTED}'>|det J|</td>"
+            f"<td class='imcmc-num' style='color:{MUTED}'>{_det(lay.logabsdet)}</td></tr>"
+            f"</table>{note}")
 
 
 def jacobian_summary(lay: JacobianLayout) -> str:
@@ -306,11 +441,11 @@ def jacobian_summary(lay: JacobianLayout) -> str:
     n_rows, n_cols = lay.shape
     counts = lay.eliminated_counts()
     elim = sum(counts.values())
-    kinds = ", ".join(f"{n} {ELIMINATED[k][1]}" for k, n in counts.items())
+    kinds = ", ".join(f"{n:,} {ELIMINATED[k][1]}" for k, n in counts.items())
     red = lay.record.reduced_size
     nb = len(lay.blocks)
-    return (f"full {n_rows} × {n_cols} · {elim} eliminated{f' ({kinds})' if kinds else ''} · reduced "
-            f"{red[0]} × {red[1]} in {nb} block{'s' if nb != 1 else ''} · log |det J| = {_fmt(lay.logabsdet)}")
+    return (f"full {n_rows:,} × {n_cols:,} · {elim:,} eliminated{f' ({kinds})' if kinds else ''} · reduced "
+            f"{red[0]} × {red[1]} in {nb} block{'s' if nb != 1 else ''} · {_det_text(lay.logabsdet)}")
 
 
 class JacobianView(FramePlayer):
@@ -325,7 +460,7 @@ class JacobianView(FramePlayer):
         jacobian = getattr(record, "jacobian", record)
         if jacobian is None:
             raise ValueError("this move has no Jacobian (its dimension check failed); nothing to draw")
-        self.layout_data = JacobianLayout(jacobian, collapse=collapse)
+        self.layout_data = layout(jacobian, collapse=collapse)
         name = title
         if name is None:
             app = getattr(record, "application", record)

@@ -41,17 +41,31 @@ CARD_GAP = 14       # between the model card and the auxiliary card
 COL_GAP = 84        # between stage columns (room for the f arrow and copy connectors)
 HEAD_H = 66         # column headers above the cards
 MAX_VALUE_CHARS = 24
+MAX_ROWS = 48       # a card longer than this collapses untouched runs of choices (issue 16, item 17)
+MAX_TOUCHED = 40    # and draws at most this many touched choices
 
 
 class Row:
-    """One line of a drawn trace: a namespace or a leaf ``key = value``."""
+    """One line of a drawn trace: a namespace, a leaf ``key = value``, or (``omitted`` > 0)
+    a placeholder for that many untouched choices that are not drawn."""
 
-    __slots__ = ("address", "depth", "key", "value", "is_namespace", "last")
+    __slots__ = ("address", "depth", "key", "_record", "_value", "is_namespace", "last", "omitted")
 
-    def __init__(self, address, depth, value=None, is_namespace=False):
-        self.address, self.depth, self.value, self.is_namespace = address, depth, value, is_namespace
+    def __init__(self, address, depth, record=None, is_namespace=False, omitted=0):
+        self.address, self.depth, self.is_namespace, self.omitted = address, depth, is_namespace, omitted
+        self._record, self._value = record, None
         self.key = key_text(address[-1]) if address else "(root)"
+        if omitted:
+            self.key = f"⋯ {omitted:,} more choice{'s' if omitted != 1 else ''}, not touched"
         self.last = None    # for a namespace: index of its last descendant row
+
+    @property
+    def value(self):
+        """The leaf's value as text (formatted when first drawn: a large trace has many rows
+        that are never drawn); None for a namespace or a placeholder."""
+        if self._value is None and self._record is not None:
+            self._value = format_value(self._record.value)
+        return self._value
 
     def __repr__(self):
         return f"Row({address_text(self.address)}{'' if self.is_namespace else ' = ' + str(self.value)})"
@@ -79,10 +93,45 @@ def trace_rows(trace) -> list[Row]:
                 walk(item, address, depth + 1)
                 rows[index].last = len(rows) - 1
             else:
-                rows.append(Row(address, depth, format_value(item.value)))
+                rows.append(Row(address, depth, item))
 
     walk(tree, (), 0)
     return rows
+
+
+def collapse_rows(rows, touched, max_rows=MAX_ROWS, max_touched=MAX_TOUCHED) -> list[Row]:
+    """``rows`` with every run of untouched choices replaced by one placeholder row, when
+    there are more than ``max_rows``; ``touched``: the addresses to keep (at most
+    ``max_touched`` of them are drawn), with the namespaces above them."""
+    if len(rows) <= max_rows:
+        return rows
+    keep, shown = set(), 0
+    for r in rows:
+        if not r.is_namespace and r.address in touched and shown < max_touched:
+            shown += 1
+            keep.update(r.address[:n] for n in range(1, len(r.address) + 1))
+    out: list[Row] = []
+    run = []
+
+    def flush():
+        if run:
+            out.append(Row(run[0].address, run[0].depth, omitted=sum(not r.is_namespace for r in run)))
+            run.clear()
+
+    for r in rows:
+        if r.address in keep:
+            flush()
+            out.append(Row(r.address, r.depth, r._record, r.is_namespace))
+        else:
+            run.append(r)
+    flush()
+    for i, r in enumerate(out):     # a namespace's last descendant, among the rows drawn
+        if r.is_namespace:
+            j = i
+            while j + 1 < len(out) and out[j + 1].address[: len(r.address)] == r.address:
+                j += 1
+            r.last = j
+    return out
 
 
 def _input_roles(app) -> dict:
@@ -183,6 +232,11 @@ class Stages:
         else:
             self.roles.append([{}, {}, None])
             self.connectors.append([])
+        touched = {key for frame in self.roles for roles in frame if roles
+                   for key, role in roles.items() if role != "kept"}
+        touched |= {key for frame in self.connectors for pair in frame for key in pair}
+        self.pairs = [tuple(collapse_rows(rows, {a for s, a in touched if s == side})
+                            for rows, side in zip(pair, (MODEL, AUX))) for pair in self.pairs]
 
     @property
     def n_frames(self) -> int:
@@ -266,7 +320,7 @@ def _draw_card(x, y, w, h, title, subtitle, rows, side, roles, lay, anchors, val
         out.append(svg_text(x + PAD, y + TITLE_H + 14, "(no choices)", size=FONT, fill=FAINT, family=SANS,
                             extra=' font-style="italic"'))
         return "".join(out)
-    row_roles = [(_lookup(roles, side, r.address) if roles is not None else None) for r in rows]
+    row_roles = [(_lookup(roles, side, r.address) if roles is not None and not r.omitted else None) for r in rows]
     # A namespace whose whole subtree was copied or written takes that role; the outermost
     # copied one (a swapped subtree, paper Fig. 2f) is outlined.
     outlined = set()
@@ -281,6 +335,11 @@ def _draw_card(x, y, w, h, title, subtitle, rows, side, roles, lay, anchors, val
         ry = y + TITLE_H + 4 + i * ROW_H
         role = row_roles[i]
         tx = x + PAD + r.depth * INDENT
+        if r.omitted:
+            out.append(f'<g class="imcmc-omitted" data-count="{r.omitted}">'
+                       + svg_text(tx, ry + ROW_H / 2 + FONT * 0.36, r.key, size=FONT - 0.5, fill=FAINT, family=SANS,
+                                  extra=' font-style="italic"') + "</g>")
+            continue
         anchors[(side, r.address)] = (x, x + w, ry + ROW_H / 2)
         label = f"{'model' if side == MODEL else 'aux'}[{address_text(r.address)}]"
         tip = label + ("" if r.is_namespace else f" = {r.value}") + (f" ({role})" if role else "")
@@ -377,6 +436,13 @@ def render_frame(stages: Stages, frame: int, lay: _Layout = None) -> str:
             sub = stages.summary(app, output=False) if app is not None else ""
         if sub:
             g.append(svg_text(x, 78, sub, size=11.5, fill=MUTED, family=SANS))
+        if col == 1 and reached:    # what the chain did with the proposal (a rejected one teaches the wrong picture)
+            accepted = getattr(stages.record, "accepted", None)
+            if accepted is not None:
+                text, role = (("accepted: the chain moves to x′", "copied") if accepted
+                              else ("rejected: the chain stays at x", "differs"))
+                g.append(f'<g class="imcmc-verdict" data-accepted="{str(bool(accepted)).lower()}">'
+                         + _pill(x, 98, text, ROLES[role][0], ROLES[role][1]) + "</g>")
         if col == 2 and reached:
             ok = stages.returns_to_start
             text, role = ("= (x, y)  ✓ involution", "copied") if ok else ("≠ (x, y)  ✗ not an involution", "differs")

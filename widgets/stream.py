@@ -26,7 +26,7 @@ import ipywidgets as W
 from imcmc_lab.inference.chains import Chain, run_chain
 from imcmc_lab.inference.kernels import as_kernel
 
-from ._frames import caption
+from ._frames import caption, display_with_fallback, fallback_style, hide_fallback, new_static_id
 from ._style import MUTED, SANS, esc
 
 __all__ = ["SamplerStream", "Throttle"]
@@ -88,6 +88,7 @@ class SamplerStream(W.VBox):
         self.status = "ready"
         self.error = None
         self.refresh_count = 0              # redraws done (for tests of the rate limit)
+        self.draw_error = None              # why the last redraw failed (shown in the view)
         self._lock = threading.Lock()
         self._pending = False               # a redraw was requested and not yet done
         self._stop = threading.Event()
@@ -100,25 +101,31 @@ class SamplerStream(W.VBox):
         self._acceptance_history = []       # (steps done, {kernel: running acceptance rate})
         self._acceptance_every = max(1, self.steps // 200)
         self._figure = None
-        name = title or self.kernel.name
-        self.header = W.HTML(caption(f"Live sampler — {name}", ""))
+        self._png = b""
+        self._static_handle = None          # the saved notebook's picture (display_with_fallback)
+        self.static_id = new_static_id()
+        self.name = title or self.kernel.name
+        self.header = W.HTML(caption(f"Live sampler — {self.name}", ""))
+        # Buttons keep their size (flex 0 0 auto): a long status line must not squeeze them to "Ru…".
         self.start_button = W.Button(description="Start", icon="play", button_style="success",
-                                     layout=W.Layout(width="112px"))
-        self.pause_button = W.Button(description="Pause", icon="pause", layout=W.Layout(width="96px"),
-                                     disabled=True)
-        self.stop_button = W.Button(description="Stop", icon="stop", button_style="danger",
-                                    layout=W.Layout(width="96px"), disabled=True)
+                                     layout=W.Layout(width="auto", min_width="112px", flex="0 0 auto"))
+        self.pause_button = W.Button(description="Pause", icon="pause", disabled=True,
+                                     layout=W.Layout(width="auto", min_width="96px", flex="0 0 auto"))
+        self.stop_button = W.Button(description="Stop", icon="stop", button_style="danger", disabled=True,
+                                    layout=W.Layout(width="auto", min_width="96px", flex="0 0 auto"))
         self.start_button.on_click(lambda _b: self.start())
         self.pause_button.on_click(lambda _b: self.pause())
         self.stop_button.on_click(lambda _b: self.stop())
         self.progress = W.IntProgress(value=0, min=0, max=max(1, self.steps),
-                                      layout=W.Layout(width="280px", margin="0 0 0 14px"))
-        self.progress_text = W.HTML("")
+                                      layout=W.Layout(width="280px", margin="0 0 0 14px", flex="0 1 auto"))
+        self.progress_text = W.HTML("")      # on its own line, below the buttons
         self.image = W.Image(format="png", layout=W.Layout(width="100%", max_width=f"{int(figsize[0] * dpi)}px"))
-        controls = W.HBox([self.start_button, self.pause_button, self.stop_button, self.progress,
-                           self.progress_text], layout=W.Layout(align_items="center"))
-        super().__init__([self.header, controls, self.image], layout=W.Layout(width="100%"))
+        controls = W.HBox([self.start_button, self.pause_button, self.stop_button, self.progress],
+                          layout=W.Layout(align_items="center"))
+        super().__init__([self.header, controls, self.progress_text, self.image, hide_fallback(self.static_id)],
+                         layout=W.Layout(width="100%"))
         self.add_class("imcmc-stream")
+        self.add_class("imcmc-live")
         self._refresh()
         if autostart:
             self.start()
@@ -234,7 +241,8 @@ class SamplerStream(W.VBox):
             self._pending = False
         t0 = time.monotonic()
         done = self.chain.steps_done[0]
-        rates = {k: a / p for k, (a, p) in self.kernel.acceptance().items() if p}
+        # (before the first Start the kernel may hold an earlier chain's counts: show none)
+        rates = {} if self.status == "ready" else {k: a / p for k, (a, p) in self.kernel.acceptance().items() if p}
         self.progress.max = max(1, self.target or self.steps)
         self.progress.value = min(done, self.progress.max)
         self.progress.bar_style = {"finished": "success", "stopped": "warning", "error": "danger"}.get(
@@ -245,11 +253,20 @@ class SamplerStream(W.VBox):
             if elapsed > 0.2:
                 speed = f" · {(done - self._steps_at_start) / elapsed:,.0f} steps/s"
         acc = " · ".join(f"{esc(k)} {v:.2f}" for k, v in rates.items())
-        text = (f"<span style='font:12.5px {_font()};color:{MUTED};margin-left:12px'>"
+        text = (f"<span style='font:12.5px {_font()};color:{MUTED}'>"
                 f"<b style='color:#1f2328'>{done:,}</b> / {self.target or self.steps:,} steps{speed}"
                 f" · <b>{esc(self.status)}</b>{(' · accepted: ' + acc) if acc else ''}</span>")
-        if self.error is not None:
-            text += f"<div style='color:#cf222e;font:12.5px {_font()}'>{esc(type(self.error).__name__)}: {esc(self.error)}</div>"
+        try:
+            self._png = self._draw()
+            self.image.value = self._png
+            self.draw_error = None
+        except Exception as exc:     # shown in the view: under an event loop nobody sees a traceback
+            self.draw_error = exc
+            self._figure = None      # start from a fresh figure next time
+        for what, exc in (("the chain stopped", self.error), ("the plot could not be redrawn", self.draw_error)):
+            if exc is not None:
+                text += (f"<div class='imcmc-error' style='color:#cf222e;font:12.5px {_font()}'>{what}: "
+                         f"{esc(type(exc).__name__)}: {esc(exc)}</div>")
         self.progress_text.value = text
         running = self.status == "running"
         self.start_button.disabled = running
@@ -257,7 +274,8 @@ class SamplerStream(W.VBox):
                                          "stopped": "Continue", "error": "Continue"}.get(self.status, "Start")
         self.pause_button.disabled = not running
         self.stop_button.disabled = self.status not in ("running", "paused")
-        self.image.value = self._draw()
+        if self._static_handle is not None and self.status != "running":
+            self._static_handle.update(self.static_bundle(), raw=True)
         self.refresh_count += 1
         self._throttle.cost(time.monotonic() - t0)
 
@@ -292,13 +310,13 @@ class SamplerStream(W.VBox):
             elif isinstance(panel, tuple):
                 title = panel[0]
             elif panel == "log joint":
-                title = "log joint   log p(x, b)"
+                title = "log joint density of the trace (latent choices and data)"
             elif panel == "acceptance":
                 title = "acceptance rate (running)"
                 ax.set_ylim(-0.03, 1.03)
             else:
                 title = str(panel)
-            ax.set_title(title, loc="left", fontsize=10, color="#1f2328")
+            ax.set_title(_plain(title), loc="left", fontsize=10, color="#1f2328")
             if not (isinstance(panel, tuple) and panel[0] == "picture"):
                 ax.set_xlabel("step", fontsize=9, color=MUTED, labelpad=2)
             entry["integer"] = MaxNLocator(integer=True)
@@ -345,7 +363,7 @@ class SamplerStream(W.VBox):
                 line = entry["lines"].get(label)
                 if line is None:
                     colour = PALETTE[(index + k) % len(PALETTE)] if panel != "log joint" else PALETTE[0]
-                    line, = ax.plot(xs, ys, color=colour, lw=1.2, label=label)
+                    line, = ax.plot(xs, ys, color=colour, lw=1.2, label=_plain(label))
                     entry["lines"][label] = line
                     if panel == "acceptance":
                         ax.legend(fontsize=8, frameon=False, loc="upper right")
@@ -370,9 +388,29 @@ class SamplerStream(W.VBox):
     def __repr__(self):
         return f"<SamplerStream {self.kernel.name}: {self.status}, {self.chain.steps_done[0]} steps>"
 
+    # -- what a saved notebook shows -------------------------------------------------------------
+    def static_bundle(self) -> dict:
+        """The picture a saved notebook, an HTML export or a preview shows: the title, the
+        status line and the plots as they were at the last redraw (updated when a run ends)."""
+        import base64
+
+        image = (f"<img alt='{esc(self.name)} plots' style='max-width:100%' "
+                 f"src='data:image/png;base64,{base64.b64encode(self._png).decode()}'>" if self._png else "")
+        return {"text/html": f"<div class='imcmc-static {self.static_id}'>{self.header.value}"
+                             f"{self.progress_text.value}{image}</div>{fallback_style(self.static_id)}",
+                "text/plain": repr(self)}
+
+    def _ipython_display_(self):
+        self._static_handle = display_with_fallback(self, self.static_bundle(), display_id=True)
+
 
 def _font():
     return SANS.replace("'", "")
+
+
+def _plain(text) -> str:
+    """``text`` for a matplotlib label, shown as written: ``$`` would start mathtext."""
+    return str(text).replace("$", r"\$")
 
 
 def _scalar(value) -> float:

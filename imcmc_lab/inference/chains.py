@@ -174,6 +174,23 @@ class Chain:
         return f"<Chain: {self.n_chains} chain(s) x {shown} samples{flag}; acceptance {rates}>"
 
 
+def _progress_bar(total, name):
+    """tqdm's bar, its description at most 32 characters (a widget cuts longer ones). In a
+    notebook tqdm's bar is a widget whose saved text reads "0/5000" (its state when first
+    shown): it is shown with a display id, which ``run_chain`` updates when it closes."""
+    from tqdm.auto import tqdm
+    from tqdm.notebook import tqdm_notebook
+
+    desc = name if len(name) <= 32 else name[:31] + "…"
+    if not issubclass(tqdm, tqdm_notebook):
+        return tqdm(total=total, desc=desc, leave=True)
+    from IPython.display import display
+
+    bar = tqdm(total=total, desc=desc, leave=True, display=False)
+    bar.saved_display = display(bar.container, display_id=True)
+    return bar
+
+
 def _padded(arrays):
     """``arrays[c][d]`` (numpy values) as one array (chain, draw, *shape), NaN-padded to the largest
     shape of the highest dimension seen; a value of lower dimension (a missing value's NaN) stays NaN."""
@@ -335,9 +352,7 @@ class _Progress:
     def __init__(self, enabled, total, kernel):
         self.kernel, self.bar = kernel, None
         if enabled:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=total, desc=kernel.name, leave=True)
+            self.bar = _progress_bar(total, kernel.name)
 
     def step(self, step):
         if self.bar is None:
@@ -353,3 +368,5 @@ class _Progress:
     def __exit__(self, *exc):
         if self.bar is not None:
             self.bar.close()
+            if getattr(self.bar, "saved_display", None) is not None:   # the final state, for the saved notebook
+                self.bar.saved_display.update(self.bar.container)

@@ -185,15 +185,27 @@ class JacobianRecord:
     def output_groups(self):
         return self._group_lists()[1]
 
+    @property
+    def eliminated_groups(self):
+        """``(input group, output group, kind)`` per eliminated copy or implicit copy,
+        unexpanded (views of large traces count coordinates without making them)."""
+        return self._group_lists()[2]
+
+    @property
+    def pass_through(self):
+        """The pass-through eliminations ``(input, output, "pass-through")``."""
+        if callable(self._pass_through):
+            self._pass_through = self._pass_through()
+        return self._pass_through
+
     def _expand(self):
         if self._expanded is None:
             inputs, outputs, eliminated_groups = self._group_lists()
             eliminated = [(ci, co, kind) for gi, go, kind in eliminated_groups
                           for ci, co in zip(gi.expand(), go.expand())]
-            pass_through = self._pass_through() if callable(self._pass_through) else self._pass_through
             self._expanded = ([c for g in inputs for c in g.expand()],
                               [c for g in outputs for c in g.expand()],
-                              eliminated + list(pass_through))
+                              eliminated + list(self.pass_through))
         return self._expanded
 
     @property
