@@ -250,8 +250,8 @@ _LOCAL_CLIENT = None
 
 
 def _warm_up():
-    import imcmc_lab  # noqa: F401  (a worker's first chain should not pay for importing torch)
-
+    """Run once on each worker at start-up: finding this function imports the engine (and
+    torch) there, so that the first chain does not pay for it."""
     torch.set_num_threads(1)
 
 
