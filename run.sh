@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # imcmc-lab: set everything up in ./.venv and run one job.
 #   bash run.sh lab      JupyterLab on gallery/, opening quickstart.ipynb (the main job)
+#   bash run.sh notebook the same in Notebook 7 (classic interface)
 #   bash run.sh voila    the split/merge notebook as a Voilà dashboard (or: bash run.sh voila NOTEBOOK)
 #   bash run.sh demo     headless demo: a split/merge chain, summary printed
 #   bash run.sh test     the test suite (what CI runs)
@@ -61,6 +62,9 @@ case "${1:-}" in
     run "$VENV/bin/jupyter" lab --notebook-dir=gallery \
         --LabApp.default_url=/lab/tree/quickstart.ipynb ${AS_ROOT[@]+"${AS_ROOT[@]}"} "${@:2}"
     ;;
+  notebook)
+    run "$VENV/bin/jupyter" notebook --notebook-dir=gallery ${AS_ROOT[@]+"${AS_ROOT[@]}"} "${@:2}"
+    ;;
   voila)
     notebook="${2:-gallery/split_merge_mixture.ipynb}"
     run "$VENV/bin/voila" "$notebook" "${@:3}"
@@ -72,7 +76,7 @@ case "${1:-}" in
     run "$VENV/bin/python" -m pytest -q "${@:2}"
     ;;
   *)
-    echo "usage: bash run.sh lab|voila|demo|test [arguments for the program]" >&2
+    echo "usage: bash run.sh lab|notebook|voila|demo|test [arguments for the program]" >&2
     exit 2
     ;;
 esac
