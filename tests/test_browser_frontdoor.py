@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -111,11 +112,14 @@ def test_run_sh_lab_opens_the_quickstart_and_hides_the_build_sources(browser):
     assert "quickstart.ipynb" in names and "_build" not in names, names
 
 
-def test_quickstart_runs_in_notebook_7_and_shows_a_widget(browser):
+def test_quickstart_runs_in_notebook_7_and_shows_a_widget(browser, tmp_path):
     pytest.importorskip("notebook", minversion="7")
+    # a copy, so that Notebook's autosave never writes outputs into the gallery
+    shutil.copy(ROOT / "gallery" / "quickstart.ipynb", tmp_path / "quickstart.ipynb")
+    (tmp_path / "_build").mkdir()
     port, token = _free_port(), secrets.token_hex(8)
     command = [sys.executable, "-m", "notebook", *_jupyter_flags(port, token),
-               f"--ServerApp.root_dir={ROOT / 'gallery'}"] + (["--allow-root"] if os.geteuid() == 0 else [])
+               f"--ServerApp.root_dir={tmp_path}"] + (["--allow-root"] if os.geteuid() == 0 else [])
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     errors = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
