@@ -36,9 +36,11 @@ def __getattr__(name):
 
 def load_ipython_extension(ipython):
     """``%load_ext imcmc_lab``: register the ``%%gen`` and ``%%transform`` magics."""
+    import sys
+
     from imcmc_lab.magics import load_ipython_extension as _load
 
-    _load(ipython)
+    _load(ipython, engine=sys.modules[__name__])   # the magics get the engine; they never import it
 
 
 def unload_ipython_extension(ipython):

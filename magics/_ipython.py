@@ -11,8 +11,11 @@ from IPython.core import magic_arguments
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 
+from imcmc_lab.errors import ImcmcError
+
 from .compiler import (CELL_ERROR_MARK, compile_gen_cell, compile_transform_cell,
                        parse_transform_signature, register_source)
+from .frames import library_folders, user_frames
 from .rewrite import ENGINE_NAME
 
 # Names made available unqualified in the user namespace on `%load_ext`
@@ -24,16 +27,22 @@ ENGINE_EXPORTS = (
     "dirichlet", "mvnormal", "neg_binomial", "mixture_of_normals", "iid",
     # the transform language
     "read", "write", "copy", "tcall", "discrete", "continuous",
+    # `@gen` on a %%gen def that makes no choice of its own
+    "gen",
 )
 OTHER_EXPORTS = ("torch",)
 
 _STATE_ATTR = "_imcmc_lab_magics_state"
+#: set on an exception whose display a magic has already decided
+_SHOWN = "_imcmc_lab_display_decided"
 
 
 class _State:
     """Per-shell bookkeeping (what we injected, the exception handler we chained)."""
 
     def __init__(self):
+        self.engine = None          # the imcmc_lab module, given by its load hook
+        self.debug = False          # `%imcmc_debug on`: library frames in every traceback
         self.injected: dict[str, object] = {}
         self.handler_types: tuple | None = None
         self.prev_types: tuple = ()
@@ -48,24 +57,29 @@ def _state(shell) -> _State:
     return st
 
 
-def _engine():
-    import imcmc_lab
-
-    return imcmc_lab
+def _engine(shell):
+    """The engine module that ``%load_ext imcmc_lab`` passed in (no import of the facade:
+    the facade imports the magics, not the other way round)."""
+    engine = _state(shell).engine
+    if engine is None:
+        raise UsageError("load the magics with `%load_ext imcmc_lab`")
+    return engine
 
 
 # ---------------------------------------------------------------------------
-# syntax errors without frames
+# errors shown without the machinery's frames
 
 
 def _ensure_syntax_handler(shell) -> None:
-    """Show SyntaxErrors raised for a cell like IPython shows a cell's own: no frames.
+    """Show the user's mistakes without the library's frames.
 
     A cell magic runs inside the cell's code, so an exception it raises would
     be shown with the frames of IPython's and our machinery. Cell syntax errors
-    carry a marker; a custom exception handler (chained to any handler that
-    was already installed) shows those with ``showsyntaxerror()`` and hands
-    every other exception to whoever would have shown it.
+    carry a marker and are shown like a cell's own (``showsyntaxerror()``); an
+    ``ImcmcError`` (the engine's word that the user's program is wrong) is shown
+    with the user's frames only, unless ``%imcmc_debug on``. A custom exception
+    handler (chained to any handler that was already installed) does both and
+    hands every other exception to whoever would have shown it.
     """
     st = _state(shell)
     if st.handler_types is not None and shell.custom_exceptions is st.handler_types:
@@ -79,10 +93,12 @@ def _ensure_syntax_handler(shell) -> None:
             return []
         if prev_types and issubclass(etype, prev_types):
             return prev_handler(etype, value, tb, tb_offset=tb_offset)
+        if isinstance(value, ImcmcError) and not st.debug and not hasattr(value, _SHOWN):
+            _render_user_frames(self, value, tb)
         self.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
         return []
 
-    types = prev_types + (SyntaxError,)
+    types = prev_types + (SyntaxError, ImcmcError)
     shell.set_custom_exc(types, handler)
     st.handler_types = shell.custom_exceptions
     st.prev_types, st.prev_handler = prev_types, prev_handler
@@ -99,6 +115,27 @@ def _remove_syntax_handler(shell) -> None:
     else:
         shell.set_custom_exc((), None)
     st.handler_types = None
+
+
+def _render_user_frames(shell, exc: BaseException, tb) -> None:
+    """Make IPython show ``exc`` with the user's frames only (the library's are left out).
+
+    Only this exception's own traceback: what the library chained to it is the
+    library's business (``%imcmc_debug on`` shows all of it).
+    """
+    frames = user_frames(tb, library_folders(_state(shell).engine))
+    saved = exc.__cause__, exc.__context__, exc.__suppress_context__
+    try:
+        exc.__cause__ = exc.__context__ = None
+        if frames is None:
+            stb = shell.InteractiveTB.get_exception_only(type(exc), exc)
+        else:
+            stb = shell.InteractiveTB.structured_traceback(type(exc), exc, frames, tb_offset=0)
+    except Exception:  # pragma: no cover - display is best effort
+        return
+    finally:
+        exc.__cause__, exc.__context__, exc.__suppress_context__ = saved
+    exc._render_traceback_ = lambda: stb
 
 
 def _trim_to_cell(shell, exc: BaseException, filename: str) -> None:
@@ -161,9 +198,8 @@ class ImcmcMagics(Magics):
             self._show(compiled)
         if getattr(args, "dry_run", False):
             return
-        shell.user_ns.setdefault(ENGINE_NAME, _engine())
-        if shell.user_ns[ENGINE_NAME] is not _engine():
-            shell.user_ns[ENGINE_NAME] = _engine()
+        if shell.user_ns.get(ENGINE_NAME) is not _engine(shell):
+            shell.user_ns[ENGINE_NAME] = _engine(shell)
         try:
             exec(compiled.code, shell.user_ns)
         except Exception as exc:
@@ -293,6 +329,9 @@ class ImcmcMagics(Magics):
                               help="relative tolerance of the involution check")
     @magic_arguments.argument("--atol", type=float, default=None,
                               help="absolute tolerance of the involution check")
+    @magic_arguments.argument("--traceback", action="store_true",
+                              help="on an error, show the library's frames too (for reporting "
+                                   "a bug in imcmc-lab)")
     def check_involution(self, line):
         """Run ``il.check_involution(p, args, q, f)`` and print its report.
 
@@ -327,18 +366,30 @@ class ImcmcMagics(Magics):
         for opt in ("seed", "rtol", "atol"):
             if getattr(args, opt) is not None:
                 kwargs[opt] = getattr(args, opt)
-        engine = _engine()
         try:
-            report = engine.check_involution(p, p_args, q, f, **kwargs)
-        except Exception as exc:
-            failure = getattr(engine, "InvolutionCheckError", None)
-            if failure is not None and isinstance(exc, failure):
-                # the report is the message: no frames from the checker's internals
-                shell = self.shell
-                stb = shell.InteractiveTB.get_exception_only(type(exc), exc)
-                exc._render_traceback_ = lambda: stb
+            report = _engine(self.shell).check_involution(p, p_args, q, f, **kwargs)
+        except ImcmcError as exc:
+            # the user's program is wrong: the message, and the user's lines, say where
+            # (from the checker down: the frames above it are the magic's machinery)
+            if not (args.traceback or _state(self.shell).debug):
+                _render_user_frames(self.shell, exc, exc.__traceback__)
+            setattr(exc, _SHOWN, True)
             raise
         print(report)
+
+    # -- %imcmc_debug ------------------------------------------------------------
+
+    @line_magic
+    def imcmc_debug(self, line):
+        """``%imcmc_debug on|off``: show the library's frames in tracebacks of imcmc-lab's
+        errors (off by default: an error about your program shows your lines only)."""
+        st = _state(self.shell)
+        word = line.strip().lower()
+        if word not in ("", "on", "off"):
+            raise UsageError("usage: %imcmc_debug on|off")
+        if word:
+            st.debug = word == "on"
+        print(f"imcmc_lab debug tracebacks: {'on' if st.debug else 'off'}")
 
 
 # ---------------------------------------------------------------------------
@@ -351,7 +402,7 @@ def _inject_names(shell) -> list[str]:
     A name the user already bound to something else is left alone; returns
     those names.
     """
-    engine = _engine()
+    engine = _engine(shell)
     st = _state(shell)
     ns = shell.user_ns
     values = {}
@@ -373,8 +424,9 @@ def _inject_names(shell) -> list[str]:
     return kept
 
 
-def load_ipython_extension(shell) -> None:
-    engine = _engine()
+def load_ipython_extension(shell, engine) -> None:
+    """Register the magics; ``engine`` is the ``imcmc_lab`` module that compiled cells use."""
+    _state(shell).engine = engine
     shell.register_magics(ImcmcMagics)
     shell.push({ENGINE_NAME: engine}, interactive=False)
     kept = _inject_names(shell)
@@ -396,7 +448,7 @@ def unload_ipython_extension(shell) -> None:
     st.injected.clear()
     _remove_syntax_handler(shell)
     mm = shell.magics_manager
-    for kind, names in (("cell", ("gen", "transform")), ("line", ("check_involution",))):
+    for kind, names in (("cell", ("gen", "transform")), ("line", ("check_involution", "imcmc_debug"))):
         for n in names:
             mm.magics[kind].pop(n, None)
     mm.registry.pop("ImcmcMagics", None)

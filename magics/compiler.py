@@ -18,7 +18,7 @@ from types import CodeType
 from imcmc_lab.modeling.families import HELPER_NAME as FAMILY_HELPER
 from imcmc_lab.modeling.families import lower_families_in_tree
 
-from .rewrite import ENGINE_NAME, NotationError, RewriteResult, rewrite
+from .rewrite import ENGINE_NAME, NotationError, RewriteResult, python_syntax_error, rewrite
 
 __all__ = [
     "CompiledCell",
@@ -138,24 +138,67 @@ def _engine_attr(attr: str) -> ast.expr:
 
 
 
+def _first_error(src: str, mode: str, err: SyntaxError, filename: str, original: str,
+                 notation: bool):
+    """Python's own error when plain Python finds one (before ``err``, for a ``notation``
+    error: that one is the user's misuse of ``~`` only if it comes first); else ``err``.
+
+    An unclosed bracket swallows the lines after it, so the notation, or Python on
+    the rewritten code, may complain about another place; the user must see
+    Python's message at the real one.
+    """
+    plain = python_syntax_error(src, mode)
+    if plain is None or (notation and (plain.lineno or 0, plain.offset or 0)
+                         > (err.lineno or 0, err.offset or 0)):
+        return err
+    return _cell_error(plain.msg, filename, original, plain.lineno, plain.offset,
+                       plain.end_lineno, plain.end_offset, cls=type(plain))
+
+
 def _parse_cell(body: str, header: str, filename: str, mode: str):
     """Rewrite the tilde notation and parse; errors are located in the cell (header = line 1)."""
     original = header + "\n" + body
+    src = "\n" + body
     try:
-        rw = rewrite("\n" + body, mode)
+        rw = rewrite(src, mode)
     except NotationError as e:
-        raise _relocate(e, filename, original) from None
+        raise _first_error(src, mode, _relocate(e, filename, original), filename, original,
+                           notation=True) from None
     try:
         tree = ast.parse(rw.source, filename)
     except SyntaxError as e:
-        raise _mapped(rw, e, filename, original) from None
+        raise _first_error(src, mode, _mapped(rw, e, filename, original), filename,
+                           original, notation=False) from None
     return original, rw, tree
+
+def _makes_choices(d: ast.FunctionDef, rw: RewriteResult) -> bool:
+    """True when ``d`` has a ``~`` or a plain ``dist @ "address"`` (a literal address)."""
+    if any(d.lineno <= ch.line <= d.end_lineno for ch in rw.choices):
+        return True
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult)
+               and isinstance(n.right, (ast.Tuple, ast.Constant)) for n in ast.walk(d))
+
+
+def _reject_bare_tilde(tree: ast.Module, filename: str, original: str) -> None:
+    """A statement that is only ``~ expr`` (a bitwise not, thrown away) is a choice missing its name."""
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Expr) and isinstance(n.value, ast.UnaryOp) \
+                and isinstance(n.value.op, ast.Invert):
+            raise _cell_error(
+                "this `~` has no name on its left, so it is a bitwise not whose value is thrown "
+                'away: a random choice needs an address, e.g. `x ~ normal(0, 1)` or '
+                '`{"x"} ~ normal(0, 1)`', filename, original, n.lineno, n.col_offset + 1,
+                n.lineno, n.col_offset + 2)
+
 
 def compile_gen_cell(body: str, filename: str, header: str = "%%gen") -> CompiledCell:
     """Compile the body of a ``%%gen`` cell.
 
-    Every top-level ``def`` becomes a generative function (decorated with the
-    engine's ``gen``); other top-level statements run as ordinary Python.
+    Every top-level ``def`` that makes a random choice (a ``~``, or the plain
+    ``dist @ "address"``) becomes a generative function (decorated with the
+    engine's ``gen``); a ``def`` without one stays a plain helper function
+    (decorate it with ``@gen`` to make a generative function that makes no
+    choices); other top-level statements run as ordinary Python.
     Raises ``SyntaxError`` located in the cell (``header`` is line 1).
     """
     original, rw, tree = _parse_cell(body, header, filename, "gen")
@@ -173,12 +216,16 @@ def compile_gen_cell(body: str, filename: str, header: str = "%%gen") -> Compile
                 "put it in a `def` of this %%gen cell",
                 filename, original, ch.line, ch.col + 1, ch.line, ch.col + 2)
 
+    _reject_bare_tilde(tree, filename, original)
     decorate: dict[int, str] = {}
     defined = []
     for d in defs:
-        defined.append(d.name)
         if any(_is_gen_decorator(x) for x in d.decorator_list):
+            defined.append(d.name)
             continue
+        if not _makes_choices(d, rw):
+            continue  # a helper: it stays a plain function (issue 16 item 20)
+        defined.append(d.name)
         dec = _place(_engine_attr("gen"), d.lineno, d.col_offset, d.col_offset + 3)
         d.decorator_list.insert(0, dec)
         first = min([d.lineno] + [x.lineno for x in d.decorator_list[1:]])

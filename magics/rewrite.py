@@ -35,6 +35,7 @@ How far the right-hand side of ``~`` reaches
 
 from __future__ import annotations
 
+import ast
 import bisect
 import io
 import keyword
@@ -45,6 +46,7 @@ __all__ = [
     "ENGINE_NAME",
     "NotationError",
     "RewriteResult",
+    "python_syntax_error",
     "rewrite",
     "TRANSFORM_OPS",
 ]
@@ -61,6 +63,13 @@ _TSTRING_START = getattr(tokenize, "TSTRING_START", None)
 _TSTRING_END = getattr(tokenize, "TSTRING_END", None)
 _STRING_STARTS = {t for t in (_FSTRING_START, _TSTRING_START) if t is not None}
 _STRING_ENDS = {t for t in (_FSTRING_END, _TSTRING_END) if t is not None}
+
+_OP_EXAMPLES = {
+    "read": '`k = @read(model_in["k"], discrete)`',
+    "write": '`@write(model_out["k"], k + 1, discrete)`',
+    "copy": '`@copy(aux_in["u"], model_out["u"])`',
+    "tcall": "`@tcall(other_transform, arg)`",
+}
 
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = {")", "]", "}"}
@@ -444,6 +453,12 @@ class _Rewriter:
                 raise self._error("unbalanced braces before `~`", p.start, p.end)
             self._rewrite_address(b, t, tilde_set)
             return
+        annotated = self._annotation_target(t)
+        if annotated is not None:
+            raise self._error(
+                f"a random choice cannot carry a type annotation (`{annotated}: ...` is an "
+                f"annotation, never evaluated): write `{annotated} ~ normal(...)`; its value is "
+                "a float64 tensor (continuous) or an int (discrete)", tt.start, tt.end)
         if p.type == tokenize.NAME and not keyword.iskeyword(p.string):
             before = t - 2
             if before >= 0 and sig[before].is_op("."):
@@ -474,6 +489,35 @@ class _Rewriter:
         raise self._error(
             "the left of `~` must be a name (`x ~ dist`, the choice at address \"x\") or an "
             'address in braces (`{"x"} ~ dist`, `{("mu", j)} ~ dist`)' + hint, tt.start, tt.end)
+
+    def _annotation_target(self, t: int) -> str | None:
+        """The annotated target when the `~` at t is inside an annotation (`x: float ~ d`).
+
+        That is a simple statement whose first bracket-level colon comes before the
+        `~` with no `=` between them (a compound header, a lambda, a dict or a
+        slice has its colon elsewhere or deeper).
+        """
+        sig = self.sig
+        start = self._line_start(t)
+        first = sig[start]
+        if first.is_name and first.string in _COMPOUND | {"lambda"}:
+            return None
+        colon = None
+        for k in range(start, t):
+            if self.depth[k] != self.depth[t]:
+                continue
+            tok = sig[k]
+            if tok.is_name and tok.string == "lambda":
+                return None
+            if tok.is_op(";"):
+                start, colon = k + 1, None
+            elif tok.is_op(":") and colon is None:
+                colon = k
+            elif tok.is_op("=", ":=") and colon is not None:
+                return None
+        if colon is None or self.depth[t] != 0 or colon == start:
+            return None
+        return self._tok_text(start, colon - 1)
 
     def _rhs(self, t: int, statement: bool) -> tuple[int, int, bool]:
         z = self._rhs_end(t, statement)
@@ -546,7 +590,8 @@ class _Rewriter:
                      closing=True)
         self.choices.append(Choice("address", sig[t].start[0], sig[t].start[1], addr))
 
-    def _rewrite_transform_ops(self):
+    def _transform_ops(self):
+        """Indices of the `@` of every `@read`/`@write`/`@copy`/`@tcall` to rewrite."""
         sig = self.sig
         for i, tok in enumerate(sig):
             if not tok.is_op("@") or i + 1 >= len(sig):
@@ -558,6 +603,16 @@ class _Rewriter:
                 continue  # matrix multiplication `a @read(...)`
             if self._is_statement_start(i) and self._is_decorator(i):
                 continue
+            yield i
+
+    def _rewrite_transform_ops(self):
+        sig = self.sig
+        for i in self._transform_ops():
+            tok, nxt = sig[i], sig[i + 1]
+            if i + 2 >= len(sig) or not sig[i + 2].is_op("("):
+                raise self._error(
+                    f"`@{nxt.string}` needs its arguments: write `@{nxt.string}(...)`, e.g. "
+                    + _OP_EXAMPLES[nxt.string], tok.start, nxt.end)
             self.seq += 1
             end = nxt.start if nxt.start[0] == tok.start[0] else tok.end
             self._replace(tok.start, end, ENGINE_NAME + ".")
@@ -610,6 +665,33 @@ class _Rewriter:
             out_lines[line - 1] = "".join(pieces)
             colmaps[line] = segs
         return "".join(out_lines), colmaps
+
+
+def python_syntax_error(src: str, mode: str = "gen") -> SyntaxError | None:
+    """The syntax error Python itself finds in ``src``, the notation read as plain operators.
+
+    A binary ``~`` becomes ``|`` and the ``@`` of ``@read(...)`` & co. becomes ``_``
+    (same widths, so the error's position is one in ``src``). An error found this way
+    at or before the notation's own complaint is the user's ordinary Python mistake
+    (an unclosed bracket, a bad indent), which the notation did not cause.
+    """
+    probe = _Rewriter(src, mode)
+    sig = probe.sig
+    artefacts = set()   # where `|` itself is the problem (`x ~ not y`): not the user's error
+    for i, tok in enumerate(sig):
+        if tok.is_op("~") and probe._is_binary_tilde(i):
+            probe._replace(tok.start, tok.end, "|")
+            artefacts.update(t.start for t in sig[i:i + 2])
+    if mode == "transform":
+        for i in probe._transform_ops():
+            probe._replace(sig[i].start, sig[i].end, "_")
+    text, _ = probe._apply()
+    try:
+        ast.parse(text)
+    except SyntaxError as err:
+        if (err.lineno, (err.offset or 1) - 1) not in artefacts:
+            return err
+    return None
 
 
 def rewrite(src: str, mode: str = "gen") -> RewriteResult:

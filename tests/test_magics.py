@@ -777,12 +777,178 @@ for _ in range(10):
     assert ns["gp_trace"]["y_values"].shape == (5,)
 
 
+# -- issue 17: Python's own syntax errors, clean boxes for the user's mistakes -------
+
+
+def test_unclosed_bracket_is_pythons_error_at_its_line(run):
+    """An unclosed `(` on line 3 is reported there as Python would, not as `~` advice
+    about a later line (the unclosed bracket swallows the lines after it)."""
+    result, out = run('''%%gen
+def jumpy(trace):
+    moved ~ bernoulli(0.5
+    if moved:
+        shift = 1.0
+    else:
+        shift = 0.0
+    delta ~ normal(shift, 1)
+''', ok=False)
+    err = result.error_in_exec
+    assert isinstance(err, SyntaxError)
+    assert err.msg == "'(' was never closed"
+    assert err.lineno == 3
+    assert f"Cell In[{result.execution_count}], line 3" in out
+    _caret_under(out, "moved ~ bernoulli(0.5", "(")
+    assert "binds more loosely" not in out and "parentheses" not in out
+    _assert_no_internal_frames(out)
+
+
+def test_tilde_advice_only_when_the_tilde_is_the_cause(run):
+    result, out = run('''%%gen
+def loose():
+    y = 1 + k ~ normal(0, 1)
+    z = (1
+''', ok=False)
+    # the `~` on line 3 comes before the unclosed bracket: its advice is the first problem
+    assert result.error_in_exec.lineno == 3
+    assert "parentheses" in out
+
+
+def test_annotated_tilde_is_a_syntax_error(run):
+    result, out = run('''%%gen
+def annotated():
+    x: float ~ normal(0, 1)
+    return x
+''', ok=False)
+    err = result.error_in_exec
+    assert isinstance(err, SyntaxError) and (err.lineno, err.offset) == (3, 14)
+    assert "annotation" in out and "x ~ normal" in out
+    _assert_no_internal_frames(out)
+
+
+def test_plain_annotations_and_assignments_still_work(run, shell):
+    run('''%%gen
+def typed():
+    n: int = 3
+    x: float = ({"x"} ~ normal(0, 1))
+    return n
+''')
+    trace = shell.user_ns["typed"].simulate()
+    assert trace[()] == 3 and ("x",) in trace.get_choices().to_dict()
+
+
+def test_helper_without_tilde_stays_a_plain_function(run, shell):
+    """Issue 16 item 20: a helper `def` in a %%gen cell (no `~`) is an ordinary function:
+    calling it returns its value, and it works as a decorator."""
+    _, out = run('''%%gen --show
+def shifted(a):
+    return a + 1
+
+def twice(fn):
+    def wrapper(*args):
+        return 2 * fn(*args)
+    return wrapper
+
+@twice
+def doubled_normal():
+    x ~ normal(shifted(0), 1)
+    return x
+''')
+    assert shell.user_ns["shifted"](1) == 2
+    assert "@il.gen\ndef shifted" not in out and "@il.gen\ndef twice" not in out
+    assert "def doubled_normal" in out
+    run('''%%gen
+def uses_helper():
+    x ~ normal(shifted(10), 1)
+    return shifted(x)
+''')
+    trace = shell.user_ns["uses_helper"].simulate()
+    assert float(trace[()]) == float(trace["x"]) + 1
+
+
+def test_explicit_gen_without_tilde_is_still_generative(run, shell):
+    run('''%%gen
+@gen
+def no_choices(n):
+    return n * 2
+''')
+    assert shell.user_ns["no_choices"].simulate(4)[()] == 8
+
+
+def _assert_no_library_frames(out):
+    for marker in ("checks.py", "apply.py", "interpreter.py", "language.py", "chains.py",
+                   "kernels.py", "involutive.py", "_ipython.py", "run_line_magic",
+                   "skipping hidden"):
+        assert marker not in out, f"{marker!r} in the error display:\n{out}"
+
+
+def test_transform_error_from_check_involution_is_one_clean_box(run, shell):
+    run('''%%gen
+def coin_c():
+    flip ~ bernoulli(0.3)
+''')
+    defined, _ = run('''%%transform typo_c (model_in, aux_in) to (model_out, aux_out)
+b = @read(model_in["flip"], discrete)
+c = @read(model_in["flipp"], discrete)
+''')
+    result, out = run("%check_involution coin_c None typo_c --trials 1", ok=False)
+    assert type(result.error_in_exec).__name__ == "AddressError"
+    # the user's cell line, the address and the fix; no frames of the library
+    assert f"Cell In[{defined.execution_count}], line 3" in out
+    assert "Did you mean 'flip'?" in out and "flipp" in out
+    _assert_no_library_frames(out)
+    # the debug option shows the library's frames
+    result, out = run("%check_involution coin_c None typo_c --trials 1 --traceback", ok=False)
+    assert "interpreter.py" in out
+
+
+def test_label_error_from_a_chain_is_one_clean_box(run, shell):
+    defined, _ = run('''%%transform wrong_label (model_in, aux_in) to (model_out, aux_out)
+b = @read(model_in["flip"], continuous)
+''')
+    chain_cell = '''import imcmc_lab as il
+kernel = il.InvolutiveKernel(None, (), wrong_label)
+chain = il.run_chain(kernel, coin_c.simulate(), 5, progress=False)
+'''
+    result, out = run(chain_cell, ok=False)
+    assert type(result.error_in_exec).__name__ == "LabelError"
+    assert f"Cell In[{result.execution_count}], line 3" in out        # the user's call
+    assert f"Cell In[{defined.execution_count}], line 2" in out       # the transform's line
+    assert "il.discrete" in out                                        # the fix
+    _assert_no_library_frames(out)
+    run("%imcmc_debug on")
+    try:
+        result, out = run(chain_cell, ok=False)
+        assert "chains.py" in out and "interpreter.py" in out
+    finally:
+        run("%imcmc_debug off")
+
+
+def test_library_bugs_keep_their_frames(run):
+    """An exception that is not an ImcmcError (here an AttributeError raised inside the
+    engine) keeps its full traceback."""
+    result, out = run("import imcmc_lab as il\nil.normal(0, 1).logpdf(object())", ok=False)
+    assert not isinstance(result.error_in_exec, SyntaxError)
+    assert "Traceback" in out and "distributions" in out
+
+
+def test_magics_import_no_engine_facade():
+    """The magics get the engine passed in by `%load_ext imcmc_lab` (no import cycle)."""
+    root = HERE.parent / "magics"
+    for path in root.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                assert all(a.name != "imcmc_lab" for a in node.names), path
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                assert node.module != "imcmc_lab", f"{path}:{node.lineno}"
+
+
 # -- unloading ---------------------------------------------------------------------
 
 
 def test_unload_and_reload(shell):
     import imcmc_lab
-    from imcmc_lab.magics import load_ipython_extension, unload_ipython_extension
+    from imcmc_lab.magics import unload_ipython_extension
 
     unload_ipython_extension(shell)
     try:
@@ -790,7 +956,7 @@ def test_unload_and_reload(shell):
         assert "normal" not in shell.user_ns
         assert SyntaxError not in shell.custom_exceptions
     finally:
-        load_ipython_extension(shell)
+        imcmc_lab.load_ipython_extension(shell)     # the hook hands the engine to the magics
     assert "gen" in shell.magics_manager.magics["cell"]
     assert shell.user_ns["normal"] is imcmc_lab.normal
 

@@ -1,16 +1,16 @@
 """Exact-up-to-discretisation reference answers for the coal-mining-disaster
 change-point model (Green 1995) as written in Stochaskell.
 
-Source: Sec. 5.2 and Fig. 3 of
-/work/shared/papers/reversible-jump-probabilistic-programming.txt (Roberts,
-Gallagher & Taimre 2019).  The constants (lam = 3, nMax = 30, a = 1, b = 200)
-are in Fig. 3; the interval length t = 40907 and the data conversion are taken
+Source: Sec. 5.2 and Fig. 3 of *Reversible Jump Probabilistic Programming*
+(David A. Roberts, Marcus Gallagher and Thomas Taimre, AISTATS 2019;
+Stochaskell).  The constants (lam = 3, nMax = 30, a = 1, b = 200) are in
+Fig. 3; the interval length t = 40907 and the data conversion are taken
 from the Stochaskell source that accompanies the paper
 (davidar/stochaskell, stochaskell/app/rj/Main.hs: ``mainCoal`` uses
 ``let t = 40907`` and ``coalData' = subtract (head days) <$> days where days =
 [365.2425 * yr | yr <- coalData]``).
-Data: /work/shared/data/coal_disasters.json, key "dates" (191 decimal years,
-1851.203 ... 1962.220).
+Data: the package's ``imcmc_lab/examples/data/coal_disasters.json``, key "dates"
+(191 decimal years, 1851.203 ... 1962.220).
 
 Data and interval
 -----------------
@@ -92,10 +92,12 @@ import functools
 import json
 import math
 
+from importlib import resources
+
 import numpy as np
 from scipy.special import gammaln, logsumexp
 
-DATA_PATH = "/work/shared/data/coal_disasters.json"
+DATA_PATH = str(resources.files("imcmc_lab.examples") / "data" / "coal_disasters.json")
 DAYS_PER_YEAR = 365.2425
 L_DEFAULT = 40907.0
 LAM, N_MAX, ALPHA, BETA = 3.0, 30, 1.0, 200.0

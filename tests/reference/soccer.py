@@ -2,10 +2,10 @@
 negative binomial).
 
 Source: Sec. 5.1 and Fig. 2 of
-/work/shared/papers/reversible-jump-probabilistic-programming.txt (Roberts,
-Gallagher & Taimre 2019, Stochaskell), following Green & Hastie (2009, Sec. 3.1).
-Data: /work/shared/data/soccer_goals.json, key "goals" (n = 1140 games,
-sum = 2877 goals).
+*Reversible Jump Probabilistic Programming* (David A. Roberts, Marcus
+Gallagher and Thomas Taimre, AISTATS 2019; Stochaskell), following Green & Hastie (2009, Sec. 3.1).
+Data: the package's ``imcmc_lab/examples/data/soccer_goals.json``, key "goals"
+(n = 1140 games, sum = 2877 goals).
 
 Model (exactly what the engine's model must be)
 -----------------------------------------------
@@ -77,11 +77,13 @@ import functools
 import json
 import math
 
+from importlib import resources
+
 import numpy as np
 from scipy import integrate
 from scipy.special import gammaln, logsumexp
 
-DATA_PATH = "/work/shared/data/soccer_goals.json"
+DATA_PATH = str(resources.files("imcmc_lab.examples") / "data" / "soccer_goals.json")
 
 LAM_SHAPE, LAM_RATE = 25.0, 10.0      # lam ~ Gamma(shape 25, rate 10)
 KAP_SHAPE, KAP_RATE = 1.0, 10.0       # kap ~ Gamma(shape 1, rate 10)

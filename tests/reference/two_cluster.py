@@ -1,9 +1,8 @@
 """Exact reference answers for the one-vs-two cluster model.
 
-Source: Sec. 4.2.1 ("Constructing an Involution") of
-/work/shared/papers/automating-involutive-mcmc.txt (Cusumano-Towner,
-Lew & Mansinghka, "Automating Involutive MCMC using Probabilistic and
-Differentiable Programming").  The paper's program uses 100 data points; here a
+Source: Sec. 4.2.1 ("Constructing an Involution") of *Automating Involutive
+MCMC using Probabilistic and Differentiable Programming* (Marco Cusumano-Towner,
+Alexander K. Lew and Vikash K. Mansinghka).  The paper's program uses 100 data points; here a
 fixed 20-point data set ``DATA`` is used instead so that the posterior over
 ``k`` is moderate.
 
