@@ -49,6 +49,10 @@ def _changed_indices(old_seq, new_seq, n):
     return {i for i in range(m) if not values_equal(old_seq[i], new_seq[i])}
 
 
+def _same_value(a, b) -> bool:
+    return a is b or values_equal(a, b)
+
+
 class _ElementTrace(Trace):
     """Shared by Map and Unfold traces: a list of element sub-traces."""
 
@@ -182,7 +186,7 @@ class Unfold(GenerativeFunction):
 
     Like Gen's ``Unfold``. Step ``t`` (``0 <= t < n``) is mounted at address
     ``t``; the return value is the list of states. ``update`` re-runs a step
-    only if its constraints changed or its incoming state differs from before;
+    only if its constraints changed or its arguments (incoming state, parameters) differ;
     growing ``n`` (as SMC does) runs only the new steps.
     """
 
@@ -205,18 +209,17 @@ class Unfold(GenerativeFunction):
         incremental = request.incremental
         old = prev.subtraces if prev is not None else ()
         params_changed = not incremental or not values_equal(params, tuple(prev.args[2:]))
-        state_changed = not incremental or not values_equal(state, prev.args[1])
         sel_empty = selection is None or selection.is_empty()
         for t in range(n):
             prev_sub = old[t] if t < len(old) else None
-            if prev_sub is not None and incremental and not params_changed and not state_changed \
-                    and run.reusable(t, sel_empty):
+            # a kept step is reused when its own arguments (incoming state, parameters) are
+            # unchanged, whatever happened to the steps before it (PGAS splices traces)
+            if prev_sub is not None and incremental and not params_changed \
+                    and run.reusable(t, sel_empty) and _same_value(state, prev_sub.args[1]):
                 run.subtraces.append(prev_sub)
                 state = prev_sub.retval
                 continue
-            new_sub = run.element(t, self.kernel, (t, state) + params, prev_sub)
-            state_changed = prev_sub is None or not values_equal(new_sub.retval, prev_sub.retval)
-            state = new_sub.retval
+            state = run.element(t, self.kernel, (t, state) + params, prev_sub).retval
         for t in range(n, len(old)):
             run.remove(t, old[t])
         retval = [t.retval for t in run.subtraces]

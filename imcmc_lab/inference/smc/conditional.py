@@ -1,0 +1,192 @@
+"""Particle Gibbs and particle Gibbs with ancestor sampling, as kernels on whole traces.
+
+A sweep is conditional SMC (Andrieu, Doucet and Holenstein 2010): particle 0 is the
+retained trajectory (the kernel's input trace, cut into generations), the others are
+extended from ancestors drawn multinomially; the output is one final particle drawn by
+weight. PGAS (Lindsten, Jordan and Schön 2012; for programs: van de Meent, Yang,
+Mansinghka and Wood 2015) also redraws the retained particle's ancestor at each
+generation ``t`` with weights
+
+    log w_{t-1}^l + log gamma_N(x^l + x' from t on) - log gamma_{t-1}(x^l)
+
+computed with ``update``; strict regeneration: ``-inf`` when the spliced program would
+sample something fresh, leave a retained choice unused, or drop a choice of ``x^l``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...core.address import format_address
+from ...core.values import values_equal
+from ...errors import ConstraintError
+from ..kernels import Kernel
+from .resampling import log_sum_exp, resample
+from .steps import Steps, extend
+
+__all__ = ["PG", "PGAS", "Reference", "conditional_smc"]
+
+_NEG_INF = -math.inf
+
+
+class Reference:
+    """The retained trace cut into generations: ``prefixes[t]`` (its trace at generation ``t``),
+    ``new[t]`` (``{address: value}`` of the latent choices first made at ``t``) and
+    ``log_weights[t]`` (its incremental weight at ``t``)."""
+
+    def __init__(self, steps: Steps, trace):
+        observed = steps.observed_until(steps.n - 1)
+        remaining = {a: r.value for a, r in trace.flat_records().items() if a not in observed}
+        self.prefixes, self.new, self.log_weights = [], [], []
+        prefix = None
+        for t in range(steps.n):
+            result = _replay(steps, prefix, t, remaining)
+            new = {a: remaining.pop(a) for a in list(remaining) if a not in result.unvisited}
+            extension = extend(steps, prefix, t, new)
+            prefix = extension.trace
+            self.prefixes.append(prefix)
+            self.new.append(new)
+            self.log_weights.append(extension.log_weight)
+        if remaining:
+            raise ConstraintError(
+                f"the trace has choices that no generation of {steps!r} makes: "
+                f"{', '.join(format_address(a) for a in list(remaining)[:5])}; is it a trace of the "
+                f"last generation's program?")
+
+
+def _replay(steps, prefix, t, remaining):
+    """Generation ``t`` run with every remaining retained choice offered (unused ones are fine)."""
+    constraints = {**remaining, **steps.observations(t)}
+    if prefix is None:
+        result = steps.model.generate_detailed(steps.args(0), constraints, strict=False)
+    else:
+        result = prefix.update_detailed(constraints, steps.args(t), strict=False)
+    if result.fresh:
+        raise ConstraintError(
+            f"generation {t} of {steps!r} makes the choice {format_address(result.fresh[0])}, which the "
+            f"trace given to the particle Gibbs kernel does not have; pass a trace of the last "
+            f"generation's program with its observations.")
+    return result
+
+
+def _spliced_weight(steps, trace, suffix):
+    """``log gamma_N(trace + suffix) - log gamma_{t-1}(trace)`` by update; -inf if not strict."""
+    result = trace.update_detailed(suffix, steps.args(steps.n - 1), strict=False)
+    if result.fresh or result.unvisited or result.discard:
+        return _NEG_INF, None
+    return result.weight, result.trace
+
+
+def _prefix_difference(trace, retained):
+    """``{address: value}`` where ``trace`` differs from ``retained`` (same addresses), or None
+    if their addresses differ."""
+    mine, theirs = trace.flat_records(), retained.flat_records()
+    if len(mine) != len(theirs):
+        return None
+    diff = {}
+    for address, record in mine.items():
+        other = theirs.get(address)
+        if other is None:
+            return None
+        if record is not other and not values_equal(record.value, other.value):
+            diff[address] = record.value
+    return diff
+
+
+def ancestor_log_weights(steps, traces, log_weights, t, suffix, full=None, fast=True):
+    """PGAS ancestor log-weights of the particles ``traces`` (generation ``t - 1``; particle 0 is
+    the retained one) for the retained suffix ``suffix`` (its choices and observations from ``t``
+    on). ``full``: the retained trajectory as a trace of the last generation; with ``fast``,
+    a particle with the retained prefix's addresses is scored by updating ``full`` with the
+    values where it differs (an ``Unfold`` then re-runs only the changed steps and the step
+    after them), the same number as the general form. Returns (weights, spliced traces)."""
+    weights, spliced = np.full(len(traces), _NEG_INF), [None] * len(traces)
+    for l, trace in enumerate(traces):
+        if log_weights[l] == _NEG_INF:
+            continue
+        diff = _prefix_difference(trace, traces[0]) if fast and full is not None else None
+        if diff is None:
+            w, new = _spliced_weight(steps, trace, suffix)
+        else:
+            result = full.update_detailed(diff, strict=False) if diff else None
+            if result is not None and (result.fresh or result.unvisited or set(result.discard) - set(diff)):
+                continue
+            new = full if result is None else result.trace
+            w = (0.0 if result is None else result.weight) + full.score - trace.score
+        weights[l], spliced[l] = log_weights[l] + w, new
+    return weights, spliced
+
+
+def conditional_smc(steps, n_particles, reference: Reference, ancestor_sampling, fast=True):
+    """One conditional SMC sweep; returns (final traces, final log-weights, ancestor switches)."""
+    n = steps.n
+    traces = [reference.prefixes[0]] + [None] * (n_particles - 1)
+    log_weights = np.zeros(n_particles)
+    log_weights[0] = reference.log_weights[0]
+    for l in range(1, n_particles):
+        e = extend(steps, None, 0)
+        traces[l], log_weights[l] = e.trace, e.log_weight
+    full, on_reference, switches = reference.prefixes[-1], True, 0
+    for t in range(1, n):
+        ancestors = resample(log_weights, n_particles - 1, "multinomial")
+        a0 = 0
+        if ancestor_sampling:
+            suffix = {a: v for s in range(t, n) for a, v in {**reference.new[s], **steps.observations(s)}.items()}
+            weights, spliced = ancestor_log_weights(steps, traces, log_weights, t, suffix, full, fast)
+            a0 = int(resample(weights, 1, "multinomial")[0])
+            if a0 != 0:
+                full, on_reference, switches = spliced[a0], False, switches + 1
+        if on_reference:
+            retained, w0 = reference.prefixes[t], reference.log_weights[t]
+        else:
+            e = extend(steps, traces[a0], t, reference.new[t])
+            retained, w0 = e.trace, e.log_weight
+        new_traces, new_weights = [retained], [w0]
+        for a in ancestors:
+            e = extend(steps, traces[a], t)
+            new_traces.append(e.trace)
+            new_weights.append(e.log_weight)
+        traces, log_weights = new_traces, np.asarray(new_weights)
+    return traces, log_weights, switches
+
+
+class PG(Kernel):
+    """Particle Gibbs: ``PG(steps, n_particles)`` is a :class:`Kernel` on traces of the last
+    generation's program (``steps.model`` with ``steps.args(n - 1)`` and every observation).
+    It leaves the posterior invariant; usable in ``cycle`` and ``run_chain``. ``last_log_z``
+    is the log of the conditional sweep's mean weight product: not an evidence estimate."""
+
+    ancestor_sampling = False
+
+    def __init__(self, steps: Steps, n_particles: int, fast: bool = True, name=None):
+        if not isinstance(steps, Steps):
+            raise TypeError(f"{type(self).__name__} needs an il.Steps, got {type(steps).__name__}")
+        if int(n_particles) < 2:
+            raise ValueError(f"{type(self).__name__} needs at least 2 particles, got {n_particles!r}")
+        super().__init__(name or f"{type(self).__name__.lower()}({steps.model.name}, {n_particles})")
+        self.steps, self.n_particles, self.fast = steps, int(n_particles), fast
+        self._cache = (None, None)   # (trace this kernel returned, its Reference)
+        self.switches = 0
+        self.last_log_z = None
+
+    def step(self, trace):
+        cached, reference = self._cache
+        if trace is not cached:
+            reference = Reference(self.steps, trace)
+        traces, log_weights, switches = conditional_smc(self.steps, self.n_particles, reference,
+                                                        self.ancestor_sampling, self.fast)
+        self.switches += switches
+        self.last_log_z = log_sum_exp(log_weights) - math.log(self.n_particles)
+        k = int(resample(log_weights, 1, "multinomial")[0])
+        new = traces[k]
+        # the returned trace is the reference itself: the next sweep may reuse its generations
+        self._cache = (new, reference) if k == 0 and not switches else (None, None)
+        return new, (k != 0 or switches > 0)
+
+
+class PGAS(PG):
+    """Particle Gibbs with ancestor sampling (see the module docstring); ``PGAS(steps, n_particles)``."""
+
+    ancestor_sampling = True

@@ -1,0 +1,159 @@
+"""Sequential Monte Carlo over traces: a particle filter with resampling and rejuvenation.
+
+Particles are immutable traces, so forking one (resampling) shares a reference and
+extending one is an incremental ``update`` (see :mod:`.steps`). The log marginal
+likelihood estimate accumulates ``lse(prev + inc) - lse(prev)`` per generation, which is
+right whether or not the previous generation was resampled.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ...core.address import format_address, normalize_address
+from ...core.values import values_equal
+from ...errors import ConstraintError
+from ..kernels import as_kernel
+from .resampling import effective_sample_size, log_sum_exp, normalized_weights, resample
+from .steps import Steps, extend
+
+__all__ = ["ParticleState", "ParticleFilter", "smc"]
+
+
+class ParticleState:
+    """The particles after some generations.
+
+    ``traces`` and ``log_weights`` (unnormalised) of the current generation; ``log_ml``:
+    the log marginal likelihood estimate of the observations so far; per generation
+    ``ess`` (after reweighting), ``resampled`` (whether the particles were resampled
+    before it) and ``ancestors`` (for each particle, the index of its parent in the
+    previous generation: ``None`` at generation 0).
+    """
+
+    def __init__(self, traces, log_weights):
+        self.traces = list(traces)
+        self.log_weights = np.asarray(log_weights, dtype=np.float64)
+        self.log_ml = log_sum_exp(self.log_weights) - math.log(len(self.traces))
+        self.ess = [effective_sample_size(self.log_weights)]
+        self.ancestors = [None]
+        self.resampled = [False]
+
+    @property
+    def generation(self) -> int:
+        """Index of the current generation."""
+        return len(self.ess) - 1
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Normalised weights of the current particles."""
+        return normalized_weights(self.log_weights)
+
+    def mean(self, what):
+        """Weighted mean of ``trace[address]`` or of ``what(trace)`` over the particles."""
+        fn = what if callable(what) else (lambda tr, a=normalize_address(what): tr[a])
+        values = [torch.as_tensor(fn(tr), dtype=torch.float64) for tr in self.traces]
+        w = torch.as_tensor(self.weights)
+        return (torch.stack(values) * w.reshape((-1,) + (1,) * values[0].ndim)).sum(0)
+
+    def sample(self):
+        """One trace drawn in proportion to the weights (an approximate posterior sample)."""
+        return self.traces[int(resample(self.log_weights, 1, "multinomial")[0])]
+
+    def __repr__(self):
+        return (f"<ParticleState: {len(self.traces)} particles, generation {self.generation}, "
+                f"log_ml {self.log_ml:.4f}, ess {self.ess[-1]:.1f}>")
+
+
+class ParticleFilter:
+    """``ParticleFilter(steps, n_particles, ...)``: ``.step()`` runs one generation,
+    ``.run()`` the rest; ``.state`` is the :class:`ParticleState` (None before the first).
+
+    Before each generation after the first the particles are resampled (by ``resample``)
+    when their ESS is below ``ess_threshold * n_particles`` (1.0: always; 0: never); after a
+    resampling, each takes ``n_rejuvenate`` steps of the kernel ``rejuvenate`` (which must
+    leave the current target invariant and never change an observed value).
+    """
+
+    def __init__(self, steps: Steps, n_particles: int, resample="systematic", ess_threshold=0.5,
+                 rejuvenate=None, n_rejuvenate=1):
+        if not isinstance(steps, Steps):
+            raise TypeError(f"ParticleFilter needs an il.Steps(model, args=..., observations=..., n=...), "
+                            f"got {type(steps).__name__}")
+        if int(n_particles) < 1:
+            raise ValueError(f"n_particles must be positive, got {n_particles!r}")
+        self.steps, self.n_particles = steps, int(n_particles)
+        self.method, self.ess_threshold = resample, float(ess_threshold)
+        self.rejuvenate = as_kernel(rejuvenate) if rejuvenate is not None else None
+        self.n_rejuvenate = int(n_rejuvenate)
+        self.state = None
+
+    @property
+    def done(self) -> bool:
+        return self.state is not None and self.state.generation == self.steps.n - 1
+
+    def step(self) -> ParticleState:
+        """Run the next generation; the state."""
+        if self.done:
+            raise RuntimeError(f"the particle filter has run all {self.steps.n} generations")
+        if self.state is None:
+            extensions = [extend(self.steps, None, 0) for _ in range(self.n_particles)]
+            self.state = ParticleState([e.trace for e in extensions], [e.log_weight for e in extensions])
+            return self.state
+        state, t = self.state, self.state.generation + 1
+        previous = state.log_weights
+        ancestors = None
+        if state.ess[-1] < self.ess_threshold * self.n_particles:
+            ancestors = resample(previous, self.n_particles, self.method)
+            state.traces = [state.traces[a] for a in ancestors]
+            previous = np.zeros(self.n_particles)
+            if self.rejuvenate is not None:
+                state.traces = [self._rejuvenated(tr, t - 1) for tr in state.traces]
+        increments = []
+        for i, trace in enumerate(state.traces):
+            extension = extend(self.steps, trace, t)
+            state.traces[i] = extension.trace
+            increments.append(extension.log_weight)
+        state.log_weights = previous + np.asarray(increments)
+        state.log_ml += log_sum_exp(state.log_weights) - log_sum_exp(previous)
+        state.ess.append(effective_sample_size(state.log_weights)
+                         if log_sum_exp(state.log_weights) > -math.inf else 0.0)
+        state.ancestors.append(ancestors if ancestors is not None else np.arange(self.n_particles))
+        state.resampled.append(ancestors is not None)
+        return state
+
+    def run(self) -> ParticleState:
+        """Run every remaining generation; the final state."""
+        while not self.done:
+            self.step()
+        return self.state
+
+    def _rejuvenated(self, trace, t):
+        observed = self.steps.observed_until(t)
+        for _ in range(self.n_rejuvenate):
+            new, _ = self.rejuvenate(trace)
+            if new is not trace:
+                _check_observed_kept(trace, new, observed, self.rejuvenate.name)
+            trace = new
+        return trace
+
+
+def _check_observed_kept(old, new, observed, name):
+    for address in observed:
+        before, after = old.choice_record(address), new.choice_record(address)
+        if before is after:
+            continue
+        if after is None or not values_equal(before.value, after.value):
+            raise ConstraintError(
+                f"the rejuvenation kernel {name} changed the observed address "
+                f"{format_address(address)}; a rejuvenation move may only change unobserved "
+                f"choices (select or propose only latent addresses).")
+
+
+def smc(steps: Steps, n_particles: int, resample="systematic", ess_threshold=0.5, rejuvenate=None,
+        n_rejuvenate=1) -> ParticleState:
+    """Run a particle filter over all generations of ``steps``; the final :class:`ParticleState`
+    (``.log_ml`` estimates the log marginal likelihood of all the observations)."""
+    return ParticleFilter(steps, n_particles, resample, ess_threshold, rejuvenate, n_rejuvenate).run()
