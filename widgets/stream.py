@@ -503,7 +503,8 @@ class SamplerStream(W.VBox):
                 line = entry["lines"].get(label)
                 if line is None:
                     line, = ax.plot(xs, ys, color=self._colour(panel, index, k), label=_plain(label),
-                                    lw=1.0 if self.chain.n_chains > 1 else 1.2)
+                                    lw=1.0 if self.chain.n_chains > 1 else 1.2,
+                                    alpha=0.75 if self.chain.n_chains > 1 else 1.0)   # overlapping chains show through
                     entry["lines"][label] = line
                     added = True
                 else:
