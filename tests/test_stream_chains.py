@@ -49,6 +49,8 @@ def test_several_chains_stream_and_give_run_chains_samples():
                              seed=7, record=RECORD, progress=False)
     assert _floats(chain) == _floats(expected)
     assert chain.acceptance == expected.acceptance and chain.seed == 7
+    table = chain.summary()                  # R-hat and ESS per recorded quantity, and of lp (ArviZ)
+    assert {"k", "lp"} <= set(table.index) and {"r_hat", "ess_bulk", "ess_tail"} <= set(table.columns)
     # one line per chain in the chain panels, with a legend
     (ax_k, entry_k), (ax_lp, entry_lp) = stream._axes[0], stream._axes[1]
     assert sorted(entry_k["lines"]) == ["chain 1", "chain 2", "chain 3"] == sorted(entry_lp["lines"])
