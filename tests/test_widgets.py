@@ -579,3 +579,19 @@ def test_widgets_demo_notebook_runs():
     assert len(stacks) == 3                            # frames live in widget state (static export)
     printed = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     assert "300 samples" in printed and "posterior mean of k" in printed
+
+
+def test_gp_node_types_show_their_names_in_schematic_and_tree():
+    """(issue 17) node types drew as bare integers (3, 4, 5): the example's value_names hook names them."""
+    from imcmc_lab.widgets.schematic import trace_rows
+
+    xs, ys = gp.synthetic_data(12)
+    torch.manual_seed(4)
+    trace = gp.initial_trace(xs, ys, {"node_type": gp.PLUS, ("left_node", "node_type"): gp.PERIODIC,
+                                      ("left_node", "scale"): 0.5, ("left_node", "period"): 0.3,
+                                      ("right_node", "node_type"): gp.LINEAR, ("right_node", "param"): 0.2})
+    shown = [r.value for r in trace_rows(trace) if r.key == "node_type"]
+    assert shown == ["plus (4)", "periodic (3)", "linear (1)"]
+    assert "periodic (3)" in W.trace_tree(trace).digraph.source
+    move = il.involutive_move(trace, gp.subtree_aux, (gp.walk_tree,), gp.swap_subtree)
+    assert "plus (4)" in W.InvolutionSchematic(move).frames[0]

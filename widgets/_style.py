@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 
 from imcmc_lab.core.address import normalize_address
+from imcmc_lab.core.values import format_value
 
 SANS = ("system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif")
 MONO = "'JetBrains Mono', 'SFMono-Regular', Menlo, Consolas, 'DejaVu Sans Mono', monospace"
@@ -62,6 +63,26 @@ def address_text(address) -> str:
     """``mu, 2`` for ``("mu", 2)``; ``k`` for ``("k",)``; ``(root)`` for ``()``."""
     address = normalize_address(address)
     return ", ".join(key_text(k) for k in address) if address else "(root)"
+
+
+def value_names(trace) -> dict:
+    """The names a trace's generative function gives to choice values, for display: its
+    ``value_names`` attribute, ``{choice key: names}`` (``names``: a sequence or a mapping
+    from the value, e.g. ``{"node_type": ("constant", "linear", ...)}``), applied to every
+    choice whose address ends in that key, sub-calls included. ``{}`` when none."""
+    return getattr(getattr(trace, "gen_fn", None), "value_names", None) or {}
+
+
+def value_text(value, key, names) -> str:
+    """``value`` as text; ``"name (value)"`` when ``names`` (see :func:`value_names`) names it."""
+    text = format_value(value)
+    table = names.get(key) if names else None
+    if table is None:
+        return text
+    try:
+        return f"{table[int(value)]} ({text})"
+    except (TypeError, ValueError, IndexError, KeyError, RuntimeError):   # not a named value
+        return text
 
 
 def clip(text: str, max_chars: int) -> str:

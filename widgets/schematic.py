@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 
-from imcmc_lab.core.values import format_value
 from imcmc_lab.errors import ImcmcError
 from imcmc_lab.transform.apply import EMPTY_AUX
 from imcmc_lab.transform.checks import compare_choices, round_trip
@@ -25,7 +24,7 @@ from imcmc_lab.transform.interpreter import AUX, MODEL
 
 from ._frames import FramePlayer, caption
 from ._style import (FAINT, INK, LINE, MONO, MONO_CHAR, MUTED, PANEL, ROLES, SANS, address_text, clip, esc,
-                     key_text, legend_svg, sans_width, svg_text)
+                     key_text, legend_svg, sans_width, svg_text, value_names, value_text)
 
 __all__ = ["InvolutionSchematic", "involution_stages", "trace_rows", "Row", "Stages"]
 
@@ -49,11 +48,11 @@ class Row:
     """One line of a drawn trace: a namespace, a leaf ``key = value``, or (``omitted`` > 0)
     a placeholder for that many untouched choices that are not drawn."""
 
-    __slots__ = ("address", "depth", "key", "_record", "_value", "is_namespace", "last", "omitted")
+    __slots__ = ("address", "depth", "key", "_record", "_value", "is_namespace", "last", "omitted", "names")
 
-    def __init__(self, address, depth, record=None, is_namespace=False, omitted=0):
+    def __init__(self, address, depth, record=None, is_namespace=False, omitted=0, names=None):
         self.address, self.depth, self.is_namespace, self.omitted = address, depth, is_namespace, omitted
-        self._record, self._value = record, None
+        self._record, self._value, self.names = record, None, names
         self.key = key_text(address[-1]) if address else "(root)"
         if omitted:
             self.key = f"⋯ {omitted:,} more choice{'s' if omitted != 1 else ''}, not touched"
@@ -64,7 +63,7 @@ class Row:
         """The leaf's value as text (formatted when first drawn: a large trace has many rows
         that are never drawn); None for a namespace or a placeholder."""
         if self._value is None and self._record is not None:
-            self._value = format_value(self._record.value)
+            self._value = value_text(self._record.value, self.address[-1], self.names)
         return self._value
 
     def __repr__(self):
@@ -83,6 +82,7 @@ def trace_rows(trace) -> list[Row]:
             node = node.setdefault(key, {})
         node[address[-1]] = record
     rows: list[Row] = []
+    names = value_names(trace)
 
     def walk(node, prefix, depth):
         for key, item in node.items():
@@ -93,7 +93,7 @@ def trace_rows(trace) -> list[Row]:
                 walk(item, address, depth + 1)
                 rows[index].last = len(rows) - 1
             else:
-                rows.append(Row(address, depth, item))
+                rows.append(Row(address, depth, item, names=names))
 
     walk(tree, (), 0)
     return rows
@@ -121,7 +121,7 @@ def collapse_rows(rows, touched, max_rows=MAX_ROWS, max_touched=MAX_TOUCHED) -> 
     for r in rows:
         if r.address in keep:
             flush()
-            out.append(Row(r.address, r.depth, r._record, r.is_namespace))
+            out.append(Row(r.address, r.depth, r._record, r.is_namespace, names=r.names))
         else:
             run.append(r)
     flush()

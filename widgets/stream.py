@@ -11,6 +11,15 @@ Jupyter kernel the worker hands them to the kernel's event loop
 runs; elsewhere (plain Python, tests) they run in whichever thread calls
 :meth:`SamplerStream.wait`. The chain stays available as ``stream.chain``
 (``.to_arviz()`` converts it) while and after it runs.
+
+With ``chains=k`` the view runs k chains through the engine's
+:func:`~imcmc_lab.inference.distributed.run_chains` (by default on the embedded
+Dask cluster's worker processes) from a background thread. Each chain sends its
+new samples back a few times a second (through the Dask scheduler's event
+topics, the same channel as ``run_chains``' progress); the view appends them as
+they arrive and draws one line per chain. Pause holds every chain where it is
+(the workers wait), Start resumes them; Stop ends every chain and keeps all its
+samples (the final chains the workers hand back replace the streamed ones).
 """
 
 from __future__ import annotations
@@ -22,8 +31,10 @@ import threading
 import time
 
 import ipywidgets as W
+import numpy as np
 
 from imcmc_lab.inference.chains import Chain, run_chain
+from imcmc_lab.inference.distributed import ChainsFailed, run_chains
 from imcmc_lab.inference.kernels import as_kernel
 
 from ._frames import caption, display_with_fallback, fallback_style, hide_fallback, new_static_id
@@ -59,6 +70,93 @@ class _Stopped(Exception):
     """Raised in the worker's step callback to end the run (Stop)."""
 
 
+class _RemoteChains:
+    """The runs of a ``SamplerStream(chains=k)``: each Start/Continue is one ``run_chains``
+    call from the chains' last traces, whose streamed batches are appended to
+    ``stream.chain`` as they arrive and whose final result then replaces them."""
+
+    def __init__(self, stream, n_chains, executor, seed):
+        self.stream, self.n_chains, self.executor = stream, n_chains, executor
+        self.seed = np.random.SeedSequence().entropy if seed is None else seed
+        self.runs = 0
+        self.pause = threading.Event()
+        self.earlier = {}                          # acceptance summed over finished runs
+        self.current = [{} for _ in range(n_chains)]   # this run's, per chain, as last reported
+        self._lock = threading.Lock()
+        self._live = False
+        self._base_kept, self._base_steps = [0] * n_chains, [0] * n_chains
+
+    def where(self) -> str:
+        if self.executor == "serial":
+            return "in this process"
+        if self.executor is None:
+            return "on the local Dask cluster"
+        return "on Dask workers" if type(self.executor).__name__ == "Client" else f"on {type(self.executor).__name__}"
+
+    def run(self, steps):
+        """One run (the stream's worker thread): returns ``(final Chain, error or None)``."""
+        chain = self.stream.chain
+        with self._lock:
+            self._base_kept = [len(s) for s in chain.samples]
+            self._base_steps = list(chain.steps_done)
+            self.current = [{} for _ in range(self.n_chains)]
+            self._live = True
+        # the first run gives the chains run_chains(seed=seed) gives; later ones continue with new seeds
+        seed = self.seed if self.runs == 0 else [*np.atleast_1d(self.seed).tolist(), self.runs]
+        self.runs += 1
+        try:
+            result = run_chains(self.stream.kernel, list(chain.traces), steps, executor=self.executor, seed=seed,
+                                record=self.stream.record, thin=self.stream.thin, progress=False,
+                                on_samples=self.on_samples, stop=self.stream._stop, pause=self.pause)
+            error = None
+        except ChainsFailed as exc:          # the other chains ran on; every sample is in exc.chain
+            result, error = exc.chain, exc
+        self.absorb(result)
+        return result, error
+
+    def on_samples(self, index, step, samples, scores, acceptance):
+        """A batch from chain ``index`` (a Dask client thread, or the stream's worker thread)."""
+        chain = self.stream.chain
+        with self._lock:
+            if not self._live:               # a late batch: the final chains are in already
+                return
+            chain.samples[index].extend(samples)
+            chain.scores[index].extend(scores)
+            chain.steps_done[index] = self._base_steps[index] + step
+            self.current[index] = acceptance
+        self.stream._acceptance_history.append((sum(chain.steps_done) / self.n_chains, self.rates()))
+        self.stream._request_refresh()
+
+    def absorb(self, result):
+        """Replace this run's streamed samples by the chains the run returned (they include
+        what was kept after the last batch)."""
+        chain = self.stream.chain
+        with self._lock:
+            self._live = False
+            for c in range(self.n_chains):
+                chain.samples[c][self._base_kept[c]:] = result.samples[c]
+                chain.scores[c][self._base_kept[c]:] = result.scores[c]
+                chain.traces[c] = result.traces[c]
+                chain.steps_done[c] = self._base_steps[c] + result.steps_done[c]
+                chain.finished[c] = result.finished[c]
+            self.earlier = _summed([self.earlier, result.acceptance])
+            self.current = [{} for _ in range(self.n_chains)]
+            chain.acceptance, chain.errors, chain.seed = dict(self.earlier), dict(result.errors), self.seed
+            chain.interrupted = chain.interrupted or result.interrupted
+
+    def rates(self) -> dict:
+        return {k: a / p for k, (a, p) in _summed([self.earlier, *self.current]).items() if p}
+
+
+def _summed(acceptances) -> dict:
+    total = {}
+    for acceptance in acceptances:
+        for name, (accepted, proposed) in acceptance.items():
+            a, p = total.get(name, (0, 0))
+            total[name] = (a + accepted, p + proposed)
+    return total
+
+
 class SamplerStream(W.VBox):
     """Run ``kernel`` from ``trace`` in the background with live plots.
 
@@ -69,21 +167,34 @@ class SamplerStream(W.VBox):
     ``function(ax, trace)`` drawing the latest trace (e.g. a posterior-predictive
     picture). ``max_rate``: redraws per second at most. ``autostart``: start now.
 
+    ``chains=k`` (k > 1) runs k chains with
+    :func:`~imcmc_lab.inference.distributed.run_chains` (``trace``: one start trace
+    or a list of k), on ``executor`` (None: the embedded local Dask cluster; a
+    ``dask.distributed.Client``; ``"serial"``: this process) with ``seed``; the plots
+    draw one line per chain. Pause then holds the chains on their workers, Stop ends
+    them all and keeps every sample.
+
     Buttons: Start (or Resume / Continue), Pause, Stop. Methods ``start()``,
     ``pause()``, ``stop()``, ``wait(timeout)``; ``status`` is one of ``"ready"``,
-    ``"running"``, ``"paused"``, ``"finished"``, ``"stopped"``, ``"error"``.
+    ``"running"``, ``"paused"``, ``"stopping"`` (remote chains handing back their
+    samples), ``"finished"``, ``"stopped"``, ``"error"``.
     """
 
     def __init__(self, kernel, trace, steps: int = 1000, record=None, plots=("log joint", "acceptance"),
                  picture=None, thin: int = 1, max_rate: float = 10.0, title=None, autostart=False,
-                 figsize=(9.6, None), dpi=96):
+                 figsize=(9.6, None), dpi=96, chains=1, executor=None, seed=None):
         self.kernel = as_kernel(kernel)
         self.steps, self.record, self.thin = int(steps), record, int(thin)
         self.plots, self.picture = list(plots), picture
         self.max_rate = float(max_rate)
         self.figsize, self.dpi = figsize, dpi
-        self.chain = Chain(1)
-        self.chain.traces[0] = trace
+        starts = list(trace) if isinstance(trace, (list, tuple)) else [trace] * int(chains)
+        if isinstance(trace, (list, tuple)) and chains not in (1, len(starts)):
+            raise ValueError(f"SamplerStream got {len(starts)} start traces and chains={chains}; pass one or the other")
+        self.chain = Chain(len(starts))
+        self.chain.traces[:] = starts
+        # several chains run through run_chains (on Dask by default); one runs in a thread here
+        self.remote = _RemoteChains(self, len(starts), executor, seed) if len(starts) > 1 else None
         self.target = 0                     # steps_done at the end of the current run
         self.status = "ready"
         self.error = None
@@ -105,7 +216,8 @@ class SamplerStream(W.VBox):
         self._static_handle = None          # the saved notebook's picture (display_with_fallback)
         self.static_id = new_static_id()
         self.name = title or self.kernel.name
-        self.header = W.HTML(caption(f"Live sampler — {self.name}", ""))
+        detail = "" if self.remote is None else esc(f"{self.chain.n_chains} chains {self.remote.where()}")
+        self.header = W.HTML(caption(f"Live sampler — {self.name}", detail))
         # Buttons keep their size (flex 0 0 auto): a long status line must not squeeze them to "Ru…".
         self.start_button = W.Button(description="Start", icon="play", button_style="success",
                                      layout=W.Layout(width="auto", min_width="112px", flex="0 0 auto"))
@@ -137,9 +249,11 @@ class SamplerStream(W.VBox):
         if self.status == "paused":
             self.status = "running"
             self._resume.set()
+            if self.remote is not None:
+                self.remote.pause.clear()
             self._refresh()
             return self
-        if self.status == "running":
+        if self.status in ("running", "stopping"):
             return self
         self._loop = _running_loop()
         if self.status == "ready":
@@ -148,8 +262,9 @@ class SamplerStream(W.VBox):
         self._stop.clear()
         self._resume.set()
         self.status = "running"
-        self._started_at, self._steps_at_start = time.monotonic(), self.chain.steps_done[0]
-        self._thread = threading.Thread(target=self._work, args=(self.steps,),
+        self._started_at, self._steps_at_start = time.monotonic(), sum(self.chain.steps_done)
+        work = self._work if self.remote is None else self._work_remote
+        self._thread = threading.Thread(target=work, args=(self.steps,),
                                         name="imcmc-sampler-stream", daemon=True)
         self._thread.start()
         self._refresh()
@@ -159,16 +274,23 @@ class SamplerStream(W.VBox):
         """Pause after the current step (Start resumes)."""
         if self.status == "running":
             self._resume.clear()
+            if self.remote is not None:
+                self.remote.pause.set()
             self.status = "paused"
             self._refresh()
         return self
 
     def stop(self):
-        """End the run after the current step, keeping every sample (``chain.interrupted``)."""
+        """End the run after the current step, keeping every sample (``chain.interrupted``).
+        Remote chains stop at their next report and hand their samples back meanwhile
+        (status ``"stopping"``; ``wait()`` waits for them) without blocking the kernel."""
         if self.status in ("running", "paused"):
             self._stop.set()
             self._resume.set()
-            if self._thread is not None:
+            if self.remote is not None:
+                self.remote.pause.clear()
+                self.status = "stopping"
+            elif self._thread is not None:
                 self._thread.join()
             self._refresh()
         return self
@@ -207,6 +329,16 @@ class SamplerStream(W.VBox):
         finally:
             self._request_refresh(force=True)
 
+    def _work_remote(self, steps):
+        try:
+            result, self.error = self.remote.run(steps)
+            self.status = "error" if self.error else ("stopped" if result.interrupted else "finished")
+        except Exception as exc:      # (run_chains' own argument errors, an unpicklable kernel)
+            self.error = exc
+            self.status = "error"
+        finally:
+            self._request_refresh(force=True)
+
     def _on_step(self, _chain_index, _step, _trace):
         """run_chain's callback, in the worker thread: stop, pause, or ask for a redraw."""
         if self._stop.is_set():
@@ -240,10 +372,11 @@ class SamplerStream(W.VBox):
         with self._lock:
             self._pending = False
         t0 = time.monotonic()
-        done = self.chain.steps_done[0]
+        k = self.chain.n_chains
+        done, total = sum(self.chain.steps_done), (self.target or self.steps) * k
         # (before the first Start the kernel may hold an earlier chain's counts: show none)
-        rates = {} if self.status == "ready" else {k: a / p for k, (a, p) in self.kernel.acceptance().items() if p}
-        self.progress.max = max(1, self.target or self.steps)
+        rates = {} if self.status == "ready" else self._rates()
+        self.progress.max = max(1, total)
         self.progress.value = min(done, self.progress.max)
         self.progress.bar_style = {"finished": "success", "stopped": "warning", "error": "danger"}.get(
             self.status, "info")
@@ -253,8 +386,9 @@ class SamplerStream(W.VBox):
             if elapsed > 0.2:
                 speed = f" · {(done - self._steps_at_start) / elapsed:,.0f} steps/s"
         acc = " · ".join(f"{esc(k)} {v:.2f}" for k, v in rates.items())
-        text = (f"<span style='font:12.5px {_font()};color:{MUTED}'>"
-                f"<b style='color:#1f2328'>{done:,}</b> / {self.target or self.steps:,} steps{speed}"
+        chains = f" in {k} chains" if k > 1 else ""
+        text = (f"<span class='imcmc-stream-status' style='font:12.5px {_font()};color:{MUTED}'>"
+                f"<b style='color:#1f2328'>{done:,}</b> / {total:,} steps{chains}{speed}"
                 f" · <b>{esc(self.status)}</b>{(' · accepted: ' + acc) if acc else ''}</span>")
         try:
             self._png = self._draw()
@@ -268,16 +402,22 @@ class SamplerStream(W.VBox):
                 text += (f"<div class='imcmc-error' style='color:#cf222e;font:12.5px {_font()}'>{what}: "
                          f"{esc(type(exc).__name__)}: {esc(exc)}</div>")
         self.progress_text.value = text
-        running = self.status == "running"
+        running = self.status in ("running", "stopping")
         self.start_button.disabled = running
-        self.start_button.description = {"running": "Running", "paused": "Resume", "finished": "Continue",
+        self.start_button.description = {"running": "Running", "stopping": "Stopping", "paused": "Resume",
+                                         "finished": "Continue",
                                          "stopped": "Continue", "error": "Continue"}.get(self.status, "Start")
-        self.pause_button.disabled = not running
+        self.pause_button.disabled = self.status != "running"
         self.stop_button.disabled = self.status not in ("running", "paused")
-        if self._static_handle is not None and self.status != "running":
+        if self._static_handle is not None and not running:
             self._static_handle.update(self.static_bundle(), raw=True)
         self.refresh_count += 1
         self._throttle.cost(time.monotonic() - t0)
+
+    def _rates(self) -> dict:
+        if self.remote is not None:
+            return self.remote.rates()
+        return {k: a / p for k, (a, p) in self.kernel.acceptance().items() if p}
 
     def _panels(self):
         panels = list(self.plots)
@@ -327,9 +467,7 @@ class SamplerStream(W.VBox):
         """The plots as PNG bytes."""
         if self._figure is None:
             self._figure = self._make_figure()
-        samples = list(self.chain.samples[0])       # a snapshot: the worker appends meanwhile
-        scores = list(self.chain.scores[0][: len(samples)])
-        steps = [(i + 1) * self.thin for i in range(len(samples))]
+        per_chain = self._snapshot()
         x_max = max(self.target or self.steps, 1)
         for index, (ax, entry) in enumerate(self._axes):
             panel = entry["panel"]
@@ -347,7 +485,7 @@ class SamplerStream(W.VBox):
             if isinstance(panel, tuple):
                 series = {label: (list(range(1, len(v) + 1)), list(v)) for label, v in panel[1](self.chain).items()}
             elif panel == "log joint":
-                series = {"log joint": (steps, scores)}
+                series = {label or "log joint": (steps, scores) for label, steps, _samples, scores in per_chain}
             elif panel == "acceptance":
                 series = {}
                 for done, rates in list(self._acceptance_history):
@@ -356,27 +494,33 @@ class SamplerStream(W.VBox):
                         xs.append(done)
                         ys.append(rate)
             else:
-                series = {panel: (steps, [_scalar(s.get(panel, math.nan)) for s in samples])}
+                series = {label or panel: (steps, [_scalar(s.get(panel, math.nan)) for s in samples])
+                          for label, steps, samples, _scores in per_chain}
+            added, values = False, []
             for k, (label, (xs, ys)) in enumerate(series.items()):
                 stride = max(1, len(xs) // 2000)     # the picture cannot show more points
                 xs, ys = xs[::stride], ys[::stride]
                 line = entry["lines"].get(label)
                 if line is None:
-                    colour = PALETTE[(index + k) % len(PALETTE)] if panel != "log joint" else PALETTE[0]
-                    line, = ax.plot(xs, ys, color=colour, lw=1.2, label=_plain(label))
+                    line, = ax.plot(xs, ys, color=self._colour(panel, index, k), label=_plain(label),
+                                    lw=1.0 if self.chain.n_chains > 1 else 1.2,
+                                    alpha=0.75 if self.chain.n_chains > 1 else 1.0)   # overlapping chains show through
                     entry["lines"][label] = line
-                    if panel == "acceptance":
-                        ax.legend(fontsize=8, frameon=False, loc="upper right")
+                    added = True
                 else:
                     line.set_data(xs, ys)
-                finite = [y for y in ys if not math.isnan(y)]
-                entry["integers"] = (bool(finite) and all(float(y).is_integer() for y in finite)
-                                     and panel not in ("log joint", "acceptance"))
-                if entry["integers"]:     # a discrete quantity (number of clusters): steps, integer ticks
+                values += [y for y in ys if not math.isnan(y)]
+            if added and (panel == "acceptance" or (self.chain.n_chains > 1 and index == 0)):
+                ax.legend(fontsize=8, frameon=False, loc="upper right",
+                          ncol=1 if panel == "acceptance" else min(4, self.chain.n_chains))
+            entry["integers"] = (bool(values) and all(float(y).is_integer() for y in values)
+                                 and panel not in ("log joint", "acceptance"))
+            if entry["integers"]:     # a discrete quantity (number of clusters): steps, integer ticks
+                for line in entry["lines"].values():
                     line.set_drawstyle("steps-post")
-                    ax.yaxis.set_major_locator(entry["integer"])
-                    lo, hi = min(finite), max(finite)
-                    ax.set_ylim(lo - (1.0 if lo == hi else 0.5), hi + (1.0 if lo == hi else 0.5))
+                ax.yaxis.set_major_locator(entry["integer"])
+                lo, hi = min(values), max(values)
+                ax.set_ylim(lo - (1.0 if lo == hi else 0.5), hi + (1.0 if lo == hi else 0.5))
             ax.set_xlim(0, x_max)
             if panel != "acceptance" and not entry.get("integers"):
                 ax.relim()
@@ -385,8 +529,27 @@ class SamplerStream(W.VBox):
         self._figure.savefig(buf, format="png", facecolor="white")
         return buf.getvalue()
 
+    def _colour(self, panel, index, k):
+        """Several chains: one colour per chain in every panel; one chain: per panel and series."""
+        if self.chain.n_chains > 1 and panel != "acceptance" and not isinstance(panel, tuple):
+            return PALETTE[k % len(PALETTE)]
+        return PALETTE[(index + k) % len(PALETTE)] if panel != "log joint" else PALETTE[0]
+
+    def _snapshot(self):
+        """``[(label, steps, samples, scores)]`` per chain, copied: the worker (or a Dask client
+        thread) appends meanwhile. The label is None for a single chain."""
+        out = []
+        for c in range(self.chain.n_chains):
+            samples = list(self.chain.samples[c])
+            scores = list(self.chain.scores[c][: len(samples)])
+            samples = samples[: len(scores)]
+            steps = [(i + 1) * self.thin for i in range(len(samples))]
+            out.append((f"chain {c + 1}" if self.chain.n_chains > 1 else None, steps, samples, scores))
+        return out
+
     def __repr__(self):
-        return f"<SamplerStream {self.kernel.name}: {self.status}, {self.chain.steps_done[0]} steps>"
+        steps = self.chain.steps_done[0] if self.chain.n_chains == 1 else self.chain.steps_done
+        return f"<SamplerStream {self.kernel.name}: {self.status}, {steps} steps>"
 
     # -- what a saved notebook shows -------------------------------------------------------------
     def static_bundle(self) -> dict:

@@ -13,9 +13,8 @@ from __future__ import annotations
 import html
 import shutil
 
-from imcmc_lab.core.values import format_value
 
-from ._style import FAINT, INK, LINE, MUTED, PANEL, ROLES, clip, key_text
+from ._style import FAINT, INK, LINE, MUTED, PANEL, ROLES, clip, key_text, value_names, value_text
 
 __all__ = ["trace_tree", "TraceTree", "DotNotFound"]
 
@@ -62,6 +61,7 @@ def trace_tree(trace, highlight=None, rankdir="LR", max_value_chars=28, max_leav
                               + (f'<tr><td><font point-size="9" color="{MUTED}">{_h(score)}</font></td></tr>' if score else "")
                               + "</table>>"))
     ids = {(): "root"}
+    names = value_names(trace)
     shown = items[:max_leaves]
     for n, (address, value, discrete) in enumerate(shown):
         for depth in range(1, len(address)):
@@ -79,7 +79,7 @@ def trace_tree(trace, highlight=None, rankdir="LR", max_value_chars=28, max_leav
         ids[address] = node_id
         kind_colour = INK if discrete is None else (DISCRETE if discrete else CONTINUOUS)
         colour, tint = _role_colours(highlight.get(address), LINE, "white")
-        text = clip(format_value(value), max_value_chars)
+        text = clip(value_text(value, address[-1], names), max_value_chars)
         graph.node(node_id, label=(f'<<table border="1" cellborder="0" cellpadding="4" cellspacing="0" '
                                    f'bgcolor="{tint}" color="{colour}"><tr><td align="left"><b>{_h(key_text(address[-1]))}'
                                    f'</b></td><td align="right"><font face="Courier" color="{kind_colour}">{_h(text)}'

@@ -269,6 +269,13 @@ def swap_subtree(model_in, aux_in, model_out, aux_out):
     copy(aux_in["path"], aux_out["path"])
 
 
+#: Names of the ``node_type`` values, for views: a generative function's ``value_names``
+#: (``{choice key: names}``) makes the schematic and the trace tree of its traces show
+#: ``periodic (3)`` where the value is 3 (``imcmc_lab.widgets``; nothing else reads it).
+NODE_TYPE_NAMES = {"node_type": NODE_TYPES}
+gp_model.value_names = subtree_aux.value_names = cov_function_prior.value_names = NODE_TYPE_NAMES
+
+
 def gp_structure_kernel(walk="halving", check=False):
     """The subtree-replacement kernel with the ``"halving"`` (Fig. 2d) or ``"uniform"`` walk."""
     walk_fn = WALKS[walk] if isinstance(walk, str) else walk

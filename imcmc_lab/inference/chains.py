@@ -105,8 +105,10 @@ class Chain:
     ``scores[c]`` the log joint after each kept step; ``traces[c]`` the last
     trace; ``steps_done[c]`` the steps chain ``c`` made; ``acceptance`` per basic
     kernel ``{name: (accepted, proposed)}``; ``interrupted`` whether a run ended
-    early (Ctrl-C, a stop, or an error). ``len(chain)`` is the length of the
-    shortest chain.
+    early (Ctrl-C, a stop, or an error); ``finished[c]`` whether chain ``c`` ran all
+    the steps of its last run; ``errors`` ``{chain index: traceback text}`` of chains
+    that raised (``run_chains``); ``seed`` the seed the chains were run with (None
+    when the caller seeded torch). ``len(chain)`` is the length of the shortest chain.
     """
 
     def __init__(self, n_chains=1):
@@ -116,6 +118,9 @@ class Chain:
         self.acceptance = {}
         self.interrupted = False
         self.steps_done = [0] * n_chains
+        self.finished = [False] * n_chains
+        self.errors = {}
+        self.seed = None
 
     @property
     def n_chains(self):
@@ -165,6 +170,21 @@ class Chain:
                      for name in names}
         lp = np.array([self.scores[c][:n_draws] for c in chains], dtype=float)
         return az.from_dict(posterior=posterior, sample_stats={"lp": lp})
+
+    def summary(self, var_names=None):
+        """R-hat, bulk and tail ESS (and mean, sd, MCSE, HDI) of every recorded quantity and
+        of the log joint ``lp``: ``arviz.summary`` of :meth:`to_arviz`, as a pandas DataFrame
+        (one row per quantity, or per element of a vector quantity). ``var_names``: only
+        these recorded quantities (``lp`` is always included)."""
+        import arviz as az
+        import pandas as pd
+
+        idata = self.to_arviz()
+        tables = []
+        if "posterior" in idata.groups():
+            tables.append(az.summary(idata, var_names=var_names))
+        tables.append(az.summary(idata, group="sample_stats", var_names=["lp"]))
+        return pd.concat(tables)
 
     def __repr__(self):
         rates = ", ".join(f"{k}: {v:.2f}" for k, v in self.acceptance_rates().items())
@@ -261,6 +281,7 @@ def run_chain(kernel, trace, steps: int, record=None, chains=None, thin: int = 1
 def _run_one(kernel, chain, c, state, steps, thin, read, callback, bar):
     """Chain ``c``: ``steps`` steps from ``state``, recording every ``thin``-th."""
     chain.traces[c] = state
+    chain.finished[c] = False
     done_before = chain.steps_done[c]
     for step in range(1, steps + 1):
         state, _ = kernel(state)
@@ -272,6 +293,7 @@ def _run_one(kernel, chain, c, state, steps, thin, read, callback, bar):
         if callback is not None:
             callback(c, step, state)
         bar.step(step)
+    chain.finished[c] = True
 
 
 def _with_chain(exc, chain):

@@ -181,32 +181,50 @@ def _payload(kernel, start, record) -> bytes:
 # one chain: the task that runs on a worker (or here)
 # ---------------------------------------------------------------------------
 class _Reporter:
-    """``run_chain``'s callback: every ``REPORT_EVERY`` s, tell ``sink(index, step)`` how far
-    the chain got; ``sink`` returning True asks the chain to stop (as Ctrl-C would)."""
+    """``run_chain``'s callback: every ``REPORT_EVERY`` s, tell ``sink(index, step, batch)`` how
+    far the chain got; ``sink`` returning True asks the chain to stop (as Ctrl-C would).
+    ``batch`` is None, or, for a sink with ``samples = True`` (a live view), the samples
+    kept since the last report: ``(samples, scores, kernel acceptance)``."""
 
-    def __init__(self, index, sink):
+    def __init__(self, index, sink, part, kernel):
         self.index, self.sink, self.last = index, sink, time.monotonic()
+        self.part = part if getattr(sink, "samples", False) else None
+        self.kernel, self.sent = kernel, 0
 
     def __call__(self, _chain, step, _trace):
         now = time.monotonic()
         if self.sink is not None and now - self.last >= REPORT_EVERY:
             self.last = now
-            if self.sink(self.index, step):
+            if self.sink(self.index, step, self.batch()):
                 raise KeyboardInterrupt
+
+    def batch(self):
+        if self.part is None:
+            return None
+        kept = len(self.part.samples[0])
+        new = (self.part.samples[0][self.sent:kept], self.part.scores[0][self.sent:kept], self.kernel.acceptance())
+        self.sent = kept
+        return new
 
 
 class _DaskSink:
-    """Reports progress from a Dask worker as events on ``topic``; stops when the client
-    sets the ``distributed.Event`` named ``stop``."""
+    """Reports progress (and, with ``samples``, batches of samples as pickled bytes) from a
+    Dask worker as events on ``topic``; stops when the client sets the ``distributed.Event``
+    named ``topic + "-stop"``, and waits while the one named ``topic + "-pause"`` is set.
+    (The scheduler keeps the last ``distributed.admin.low-level-log-length`` events of a
+    topic, so a long streamed run holds a bounded amount of memory there.)"""
 
-    def __init__(self, topic, stop):
-        self.topic, self.stop = topic, stop
+    def __init__(self, topic, samples=False):
+        self.topic, self.samples = topic, samples
 
-    def __call__(self, index, step):
+    def __call__(self, index, step, batch=None):
         from distributed import Event, get_worker
 
-        get_worker().log_event(self.topic, [index, step])
-        return Event(self.stop).is_set()
+        get_worker().log_event(self.topic, [index, step] if batch is None else [index, step, dumps(batch)])
+        stop, pause = Event(self.topic + "-stop"), Event(self.topic + "-pause")
+        while pause.is_set() and not stop.is_set():     # paused: the chain waits on its worker
+            time.sleep(REPORT_EVERY)
+        return stop.is_set()
 
 
 def _run_one(payload: bytes, index: int, seed: int, steps: int, thin: int, sink=None) -> bytes:
@@ -221,16 +239,18 @@ def _run_one(payload: bytes, index: int, seed: int, steps: int, thin: int, sink=
         kernel.reset_stats()
         part = Chain(1)
         part.traces[0] = start
-        error = None
+        error, reporter = None, _Reporter(index, sink, part, kernel)
         try:
-            if sink is not None and sink(index, 0):
+            if sink is not None and sink(index, 0, None):
                 raise KeyboardInterrupt
             run_chain(kernel, start, steps, record=record, thin=thin, progress=False,
-                      callback=_Reporter(index, sink), chain=part)
+                      callback=reporter, chain=part)
         except KeyboardInterrupt:
             part.interrupted = True
         except Exception as exc:       # kept and re-raised by the client, with every chain's samples
             error = {"text": traceback.format_exc(), "exception": _picklable(exc)}
+        if reporter.part is not None:  # the last samples, for a live view
+            sink(index, part.steps_done[0], reporter.batch())
         part.acceptance = kernel.acceptance()
         return dumps({"chain": part, "error": error})
 
@@ -323,15 +343,14 @@ class _Progress:
 
             self.bar = tqdm(total=total, desc=name, leave=True)
 
-    def report(self, index, step):
-        """The in-process sink: count and redraw now; never asks to stop."""
+    def report(self, index, step, _batch=None):
+        """Count and redraw now."""
         self.counts[index] = step
         self.refresh()
-        return False
 
     def on_event(self, event):
         """Handler of the Dask progress topic (runs in the client's event-loop thread)."""
-        index, step = event[1]
+        index, step = event[1][:2]
         self.counts[index] = max(step, self.counts.get(index, 0))
 
     def refresh(self):
@@ -345,11 +364,47 @@ class _Progress:
             self.bar.close()
 
 
-def _run_serial(payloads, seeds, steps, thin, progress):
+class _Controls:
+    """What the caller of ``run_chains`` asks of running chains: ``stop`` and ``pause``
+    (``threading.Event``s a live view's buttons set), and ``on_samples(index, steps done,
+    samples, scores, acceptance)`` called with each batch of new samples."""
+
+    def __init__(self, progress, stop=None, pause=None, on_samples=None):
+        self.progress, self.on_samples = progress, on_samples
+        self.stop, self.pause = stop or threading.Event(), pause or threading.Event()
+        self.samples = on_samples is not None          # (the _Reporter reads this)
+        self.dask_pause, self._paused = None, False
+
+    def __call__(self, index, step, batch=None):
+        """The in-process sink: count, pass a batch on, wait while paused; True to stop."""
+        self.progress.report(index, step)
+        if batch is not None:
+            self.on_samples(index, step, *batch)
+        while self.pause.is_set() and not self.stop.is_set():
+            time.sleep(0.05)
+        return self.stop.is_set()
+
+    def on_event(self, event):
+        """Handler of the Dask topic (the client's event-loop thread): progress and batches."""
+        self.progress.on_event(event)
+        if len(event[1]) == 3 and self.on_samples is not None:
+            index, step, batch = event[1]
+            self.on_samples(index, step, *pickle.loads(batch))
+
+    def stop_requested(self) -> bool:
+        """Mirror a pause to the workers; True once a stop was asked for."""
+        if self.dask_pause is not None and self.pause.is_set() != self._paused:
+            self._paused = self.pause.is_set()
+            self.dask_pause.set() if self._paused else self.dask_pause.clear()
+        return self.stop.is_set()
+
+
+def _run_serial(payloads, seeds, steps, thin, controls):
+    progress = controls.progress
     outcomes = [None] * len(payloads)
     for index, payload in enumerate(payloads):
         try:
-            outcomes[index] = _run_one(payload, index, seeds[index], steps, thin, progress.report)
+            outcomes[index] = _run_one(payload, index, seeds[index], steps, thin, controls)
         except KeyboardInterrupt:         # outside run_chain (while unpickling, say): stop here
             break
         progress.counts[index] = steps
@@ -358,13 +413,17 @@ def _run_serial(payloads, seeds, steps, thin, progress):
     return outcomes
 
 
-def _wait(futures, progress, timeout=None):
+def _wait(futures, progress, timeout=None, controls=None):
+    """Until every future is done, ``timeout`` passes, or (returning True) a stop is asked for."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while not all(f.done() for f in futures):
         if deadline is not None and time.monotonic() > deadline:
-            return
-        time.sleep(REPORT_EVERY)
+            return False
+        if controls is not None and controls.stop_requested():
+            return True
+        time.sleep(min(REPORT_EVERY, 0.1))
         progress.refresh()
+    return False
 
 
 def _outcome(future):
@@ -377,15 +436,17 @@ def _outcome(future):
         return exc
 
 
-def _run_on(executor, payloads, seeds, steps, thin, progress):
+def _run_on(executor, payloads, seeds, steps, thin, controls):
+    progress = controls.progress
     dask = _is_dask_client(executor)
     sink = stop = None
     if dask:
         from distributed import Event
 
         topic = f"imcmc-chains-{uuid.uuid4().hex}"
-        stop, sink = Event(topic, client=executor), _DaskSink(topic, topic)
-        executor.subscribe_topic(topic, progress.on_event)
+        sink = _DaskSink(topic, samples=controls.samples)
+        stop, controls.dask_pause = Event(topic + "-stop", client=executor), Event(topic + "-pause", client=executor)
+        executor.subscribe_topic(topic, controls.on_event)
         unique = {id(p): p for p in payloads}
         shared = {key: executor.scatter(p, hash=False) for key, p in unique.items()}
         futures = [executor.submit(_run_one, shared[id(p)], i, seeds[i], steps, thin, sink, pure=False,
@@ -393,7 +454,8 @@ def _run_on(executor, payloads, seeds, steps, thin, progress):
     else:
         futures = [executor.submit(_run_one, p, i, seeds[i], steps, thin) for i, p in enumerate(payloads)]
     try:
-        _wait(futures, progress)
+        if _wait(futures, progress, controls=controls):
+            _stop(futures, stop, quiet=True)
     except KeyboardInterrupt:
         _stop(futures, stop)
     finally:
@@ -402,15 +464,17 @@ def _run_on(executor, payloads, seeds, steps, thin, progress):
     return [_outcome(f) for f in futures]
 
 
-def _stop(futures, stop_event):
-    """After Ctrl-C: ask running chains to stop (Dask) or cancel queued ones (other executors),
-    then give the running ones a bounded time to hand back their samples."""
+def _stop(futures, stop_event, quiet=False):
+    """After Ctrl-C (or a requested stop, ``quiet``): ask running chains to stop (Dask) or
+    cancel queued ones (other executors), then give the running ones a bounded time to hand
+    back their samples."""
     if stop_event is not None:
         stop_event.set()
     else:
         for future in futures:
             future.cancel()
-    warnings.warn(f"run_chains interrupted: waiting up to {STOP_GRACE:.0f} s for running chains to hand back "
+    if not quiet:
+        warnings.warn(f"run_chains interrupted: waiting up to {STOP_GRACE:.0f} s for running chains to hand back "
                   f"their samples (Ctrl-C again to abandon them)", stacklevel=4)
     try:
         _wait(futures, _Progress(False, 0, ""), timeout=STOP_GRACE)
@@ -420,8 +484,7 @@ def _stop(futures, stop_event):
 
 def _merge(outcomes, starts):
     """One :class:`Chain` of every chain's samples; ``finished``, ``errors`` say what happened."""
-    chain = Chain(len(outcomes))
-    chain.finished, chain.errors, first_error = [False] * len(outcomes), {}, None
+    chain, first_error = Chain(len(outcomes)), None
     acceptance = {}
     for index, outcome in enumerate(outcomes):
         chain.traces[index] = starts[index]
@@ -475,7 +538,7 @@ def _starts(trace, chains):
 
 
 def run_chains(kernel, trace, steps: int, chains=None, executor=None, seed=None, record=None,
-               thin: int = 1, progress: bool = True) -> Chain:
+               thin: int = 1, progress: bool = True, *, on_samples=None, stop=None, pause=None) -> Chain:
     """Run ``chains`` independent chains of ``kernel`` for ``steps`` steps each, in parallel.
 
     ``trace``: the start of every chain, or a list of start traces (one per chain).
@@ -495,6 +558,13 @@ def run_chains(kernel, trace, steps: int, chains=None, executor=None, seed=None,
     chain collected (``chain.interrupted``). If a chain raises or its worker dies,
     the others still run to the end, then :class:`ChainsFailed` is raised with the
     whole result as ``err.chain``.
+
+    For live views (``imcmc_lab.widgets.SamplerStream(..., chains=k)``): ``on_samples(index,
+    steps_done, samples, scores, acceptance)`` is called in this process with each chain's new
+    samples a few times a second while it runs (in this process, or from Dask workers
+    through the scheduler's event topics; other executors send none), and once more when it
+    ends; ``stop``/``pause``: ``threading.Event``s that, set from another thread, stop every
+    chain (keeping all samples) or hold them where they are until cleared.
     """
     starts = _starts(trace, chains)
     steps, thin = _count(steps, "steps", 0), _count(thin, "thin", 1)
@@ -507,11 +577,12 @@ def run_chains(kernel, trace, steps: int, chains=None, executor=None, seed=None,
     else:
         payloads = [_payload(kernel, trace, record)] * len(starts)
     bar = _Progress(progress, steps * len(starts), kernel.name)
+    controls = _Controls(bar, stop, pause, on_samples)
     try:
         if where == "serial":
-            outcomes = _run_serial(payloads, seeds, steps, thin, bar)
+            outcomes = _run_serial(payloads, seeds, steps, thin, controls)
         else:
-            outcomes = _run_on(where, payloads, seeds, steps, thin, bar)
+            outcomes = _run_on(where, payloads, seeds, steps, thin, controls)
     finally:
         bar.close()
     chain, error = _merge(outcomes, starts)
@@ -522,21 +593,13 @@ def run_chains(kernel, trace, steps: int, chains=None, executor=None, seed=None,
             f"chain(s) {failed} of {len(starts)} failed; every chain's samples (the failed ones' up to "
             f"the failure) are kept in err.chain, and each traceback in err.chain.errors. "
             f"First failure:\n{chain.errors[failed[0]]}", chain) from error
-    if chain.interrupted:
+    if chain.interrupted and not controls.stop.is_set():
         warnings.warn(f"run_chains interrupted: keeping {sum(map(len, chain.samples))} samples collected so "
                       f"far; chain.finished says which chains ran to the end", stacklevel=2)
     return chain
 
 
 def summary(chain, var_names=None):
-    """R-hat, bulk and tail ESS (and mean, sd, MCSE, HDI) of every recorded quantity and of
-    the log joint ``lp``: ``arviz.summary`` of ``chain.to_arviz()``, as a pandas DataFrame."""
-    import arviz as az
-    import pandas as pd
-
-    idata = chain.to_arviz()
-    tables = []
-    if "posterior" in idata.groups():
-        tables.append(az.summary(idata, var_names=var_names))
-    tables.append(az.summary(idata, group="sample_stats", var_names=["lp"]))
-    return pd.concat(tables)
+    """The same as :meth:`Chain.summary <imcmc_lab.inference.chains.Chain.summary>` (kept as a
+    function for code written before the method existed)."""
+    return chain.summary(var_names)
