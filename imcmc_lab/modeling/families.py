@@ -52,7 +52,7 @@ import torch
 from ..core import distributions as _distributions
 from ..core.effects import active_handler
 
-__all__ = ["choice_family", "lower_families", "lower_families_in_tree", "HELPER_NAME"]
+__all__ = ["choice_family", "lower_families", "lower_families_in_tree", "lowering_report", "HELPER_NAME"]
 
 #: The name the lowered code calls (a closure cell of a lowered function; an attribute of
 #: the engine module in ``%%gen`` cells).
@@ -80,8 +80,10 @@ def _plain_operands(operands) -> bool:
     return all(type(v) in _PLAIN_NUMBERS or type(v) is torch.Tensor for v in operands)
 
 
-def choice_family(parts, namespace, keys, element, lineno, operands=None):
-    """``[constructor(*args) @ (namespace, key) for key in keys]``: the lowered comprehension.
+def choice_family(parts, namespace, keys, element, lineno, operands=None, loop=False):
+    """``[constructor(*args) @ (namespace, key) for key in keys]``: the lowered comprehension
+    (with ``loop``, the lowered ``for key in keys: constructor(*args) @ (namespace, key)``,
+    which gets the last key back, or nothing if there are no keys, to bind its ``key``).
 
     ``parts()`` gives ``(constructor, args)``; like the comprehension, it is not evaluated
     when there are no keys. ``operands()`` (or None) gives the values of the names that
@@ -91,19 +93,23 @@ def choice_family(parts, namespace, keys, element, lineno, operands=None):
     or no program is being traced. ``lineno`` is the element's line (error messages name it).
     """
     __tracebackhide__ = True
-    tracer = active_handler()
-    if tracer is None:
-        return [element(key) for key in keys]
     if type(keys) is not range:
         keys = list(keys)
-    if not keys:
-        return []
+    values = _family_values(parts, namespace, keys, element, lineno, operands)
+    return keys[-1:] if loop else values
+
+
+def _family_values(parts, namespace, keys, element, lineno, operands):
+    __tracebackhide__ = True
+    tracer = active_handler()
+    if tracer is None or not keys:
+        return [element(key) for key in keys]
     if operands is not None and not _plain_operands(operands()):
         return [element(key) for key in keys]
     constructor, args = parts()
     if not _is_pure_constructor(constructor):
         return [element(key) for key in keys]
-    line = (sys._getframe(1).f_code.co_filename, lineno)
+    line = (sys._getframe(2).f_code.co_filename, lineno)
     return tracer.choice_family(namespace, keys, constructor(*args), line)
 
 
@@ -154,30 +160,53 @@ def _invariant(node, key: str) -> bool:
     return False
 
 
-def _family_parts(node: ast.ListComp):
-    """``(constructor, args, namespace, key name, iterable)`` if ``node`` is a family, else None."""
+def _element_parts(elt, key):
+    """``(constructor, args, namespace)`` if ``elt`` is ``CONSTRUCTOR(ARGS) @ ("name", key)``
+    with arguments that cannot change from key to key; else a sentence saying why not."""
+    if not (isinstance(elt, ast.BinOp) and isinstance(elt.op, ast.MatMult)):
+        return "the element is not `dist(...) @ address`"
+    call, address = elt.left, elt.right
+    if not (isinstance(address, ast.Tuple) and len(address.elts) == 2
+            and isinstance(address.elts[0], ast.Constant) and isinstance(address.elts[0].value, str)
+            and isinstance(address.elts[1], ast.Name) and address.elts[1].id == key):
+        return f'the address is not ("name", {key})'
+    if not (isinstance(call, ast.Call) and _dotted_name(call.func) and _root_name(call.func) != key):
+        return "the distribution is not a call of a (dotted) name"
+    if call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
+        return "the distribution has keyword or starred arguments"
+    if not all(_invariant(a, key) for a in call.args):
+        return (f"an argument may change from one key to the next (it uses {key}, an attribute, "
+                f"a subscript or a call): it is evaluated per key")
+    return call.func, call.args, address.elts[0].value
+
+
+def _comprehension_parts(node: ast.ListComp):
+    """``(constructor, args, namespace, key name, iterable)`` if ``node`` is a family, else a
+    sentence saying why not."""
     if len(node.generators) != 1:
-        return None
+        return "more than one `for`"
     gen = node.generators[0]
     if gen.ifs or gen.is_async or not isinstance(gen.target, ast.Name):
-        return None
-    key = gen.target.id
-    elt = node.elt
-    if not (isinstance(elt, ast.BinOp) and isinstance(elt.op, ast.MatMult)):
-        return None
-    call, address = elt.left, elt.right
-    if not (isinstance(call, ast.Call) and not call.keywords and _dotted_name(call.func)
-            and _root_name(call.func) != key):
-        return None
-    if any(isinstance(a, ast.Starred) or not _invariant(a, key) for a in call.args):
-        return None
-    if not (isinstance(address, ast.Tuple) and len(address.elts) == 2):
-        return None
-    namespace, index = address.elts
-    if not (isinstance(namespace, ast.Constant) and isinstance(namespace.value, str)
-            and isinstance(index, ast.Name) and index.id == key):
-        return None
-    return call.func, call.args, namespace.value, key, gen.iter
+        return "an `if`, an `async for` or a target that is not one name"
+    parts = _element_parts(node.elt, gen.target.id)
+    return parts if isinstance(parts, str) else (*parts, gen.target.id, gen.iter)
+
+
+def _loop_parts(node: ast.For):
+    """The same for ``for key in keys: dist(...) @ ("name", key)`` (one statement, no ``else``)."""
+    if node.orelse or not isinstance(node.target, ast.Name):
+        return "an `else` or a target that is not one name"
+    if len(node.body) != 1 or not isinstance(node.body[0], ast.Expr):
+        return "the body is not one `dist(...) @ address` statement"
+    parts = _element_parts(node.body[0].value, node.target.id)
+    return parts if isinstance(parts, str) else (*parts, node.target.id, node.iter)
+
+
+def _is_candidate(node) -> bool:
+    """A comprehension or loop that makes a traced choice or call (``... @ ...``) per key."""
+    inside = [node.elt] if isinstance(node, ast.ListComp) else node.body
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult)
+               for part in inside for n in ast.walk(part))
 
 
 def _lambda(params, body):
@@ -190,14 +219,13 @@ class _Lower(ast.NodeTransformer):
     def __init__(self, helper):
         self.helper = helper      # () -> the expression naming choice_family
         self.count = 0
+        #: (line, "comprehension"/"loop", None if lowered else why not), in source order
+        self.report = []
 
-    def visit_ListComp(self, node):
-        self.generic_visit(node)
-        parts = _family_parts(node)
-        if parts is None:
-            return node
+    def _family_call(self, parts, node, element, loop):
         func, args, namespace, key, iterable = parts
         self.count += 1
+        self.report.append((node.lineno, _KIND[type(node)], None))
         parts = _lambda([], ast.Tuple(elts=[func, ast.Tuple(elts=list(args), ctx=ast.Load())],
                                       ctx=ast.Load()))
         names = _operand_names(args)
@@ -205,21 +233,50 @@ class _Lower(ast.NodeTransformer):
                                          ctx=ast.Load())) if names else ast.Constant(None)
         call = ast.Call(
             func=self.helper(),
-            args=[parts, ast.Constant(namespace), iterable, _lambda([key], node.elt),
-                  ast.Constant(node.elt.lineno), operands],
+            args=[parts, ast.Constant(namespace), iterable, _lambda([key], element),
+                  ast.Constant(element.lineno), operands, ast.Constant(loop)],
             keywords=[])
-        return ast.fix_missing_locations(ast.copy_location(call, node))
+        return ast.copy_location(call, node)
+
+    def _not_lowered(self, node, why):
+        if _is_candidate(node):
+            self.report.append((node.lineno, _KIND[type(node)], why))
+        return node
+
+    def visit_ListComp(self, node):
+        self.generic_visit(node)
+        parts = _comprehension_parts(node)
+        if isinstance(parts, str):
+            return self._not_lowered(node, parts)
+        return ast.fix_missing_locations(self._family_call(parts, node, node.elt, False))
+
+    def visit_For(self, node):
+        self.generic_visit(node)
+        parts = _loop_parts(node)
+        if isinstance(parts, str):
+            return self._not_lowered(node, parts)
+        # ``for key in <the family, run; its last key>: pass`` leaves ``key`` bound as the loop does
+        node.iter = self._family_call(parts, node, node.body[0].value, True)
+        node.body = [ast.copy_location(ast.Pass(), node.body[0])]
+        return ast.fix_missing_locations(node)
+
+
+_KIND = {ast.ListComp: "comprehension", ast.For: "loop"}
 
 
 def lower_families_in_tree(tree, helper) -> int:
     """Lower the families inside every function of ``tree`` in place; return how many.
     ``helper()`` makes the expression that names :func:`choice_family` in that code."""
+    return _lower_tree(tree, helper).count
+
+
+def _lower_tree(tree, helper):
     lowering = _Lower(helper)
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             node.body = [lowering.visit(stmt) for stmt in node.body]
     ast.fix_missing_locations(tree)
-    return lowering.count
+    return lowering
 
 
 # ---------------------------------------------------------------------------
@@ -326,7 +383,8 @@ def lower_families(fn):
     # Found in the source, not among the code's constants: Python 3.12 inlines
     # comprehensions (PEP 709), so there is no ``<listcomp>`` code object to look for.
     node = _function_def(fn)
-    if node is None or not any(isinstance(n, ast.ListComp) and _family_parts(n) is not None
+    if node is None or not any(isinstance(n, ast.ListComp) and not isinstance(_comprehension_parts(n), str)
+                               or isinstance(n, ast.For) and not isinstance(_loop_parts(n), str)
                                for n in ast.walk(node)):
         return fn
     filename, flags = code.co_filename, code.co_flags & _FUTURE_FLAGS
@@ -357,3 +415,21 @@ def lower_families(fn):
     new.__dict__.update(fn.__dict__)
     new.__qualname__, new.__module__, new.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
     return new
+
+
+def lowering_report(fn, lowered: bool) -> list:
+    """One line per comprehension or loop of ``fn`` that makes a choice per key: whether it
+    runs as one indexed family, and if not, why (``lowered``: whether ``fn``'s body was
+    recompiled at all)."""
+    node = _function_def(fn) if hasattr(fn, "__code__") else None
+    if node is None:
+        return ["the source of this function cannot be read: its body runs as written"]
+    found = _lower_tree(ast.Module(body=[node], type_ignores=[]),
+                        lambda: ast.Name(id=HELPER_NAME, ctx=ast.Load())).report
+    lines = []
+    for lineno, kind, why in sorted(found, key=lambda entry: entry[0]):
+        if why is None and not lowered:
+            why = "lowering is off (gen(lower=False)) or the source on disk is not this function's"
+        lines.append(f"line {lineno}: {kind} " + ("runs as one indexed family" if why is None
+                                                  else f"runs as written: {why}"))
+    return lines

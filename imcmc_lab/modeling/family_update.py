@@ -11,10 +11,15 @@ The functions take the running tracer (:mod:`.tracer`) as their first argument.
 
 from __future__ import annotations
 
+import itertools
+import math
 import operator
+
+import torch
 
 from ..core.address import normalize_address
 from ..core.values import ScalarList, plain_float, plain_floats
+from .execution import counters
 from .trace import ChoiceRecord
 
 __all__ = ["BULK_FAMILY", "Family", "family_addresses", "remember_family", "update_family"]
@@ -45,6 +50,9 @@ def update_family(tracer, namespace, keys, dist, line):
     old = prev._families.get((namespace, line)) if prev._families else None
     offset = _aligned_offset(old, keys, dist)
     if offset is None:
+        rescored = _rescored_family(tracer, namespace, line, keys, addresses, rest, dist, old)
+        if rescored is not None:
+            return rescored
         values = [choice(addresses[0], dist, line)]     # claims the namespace (or raises)
         tracer.family_lines.append((rest, line))
         return _family_from_records(tracer, namespace, line, keys, addresses, rest, dist, values)
@@ -70,6 +78,49 @@ def update_family(tracer, namespace, keys, dist, line):
     # the old family's floats, if known, give the new one's at the cost of the redone elements
     floats_from = (old._floats, offset, redo) if type(old._floats) is tuple else None
     return _store_family(tracer, namespace, line, keys, dist, recs, values, uniform, floats_from)
+
+
+def _rescored_family(tracer, namespace, line, keys, addresses, rest, dist, old):
+    """A family whose elements all keep their values under a changed distribution (the
+    data of ``for i in ...: mixture_of_normals(weights, ...) @ ("x", i)`` after a move
+    changed ``weights``), re-scored with ONE vectorised ``dist.log_prob`` call; its values.
+    ``None`` (nothing done) unless that is exactly what ``choice`` would do element by
+    element: the same keys, nothing constrained in the family, a scalar continuous
+    distribution with valid parameters, finite (or -inf) log-densities, no autograd terms.
+    The log-densities are ``log_prob``'s: equal to ``logpdf``'s for the engine's scalar
+    distributions (bit for bit for normal, gamma, inv_gamma; to rounding for a mixture)."""
+    if (old is None or not old.uniform or tracer.grad_terms is not None or dist.discrete
+            or dist.event_shape or type(dist) is not type(old.dist) or keys != old.keys
+            or dist.same_as(old.dist)
+            or (tracer.constraints and (addresses[0] in tracer.constraints
+                                        or not rest.isdisjoint(tracer.constraints)))):
+        return None
+    stacked = old.stacked()
+    if stacked is None or dist.check_params() is not None:
+        return None         # element by element: the errors (and -inf rules) of choice()
+    logpdfs = dist.log_prob(stacked)
+    if logpdfs.shape != stacked.shape:
+        return None
+    logpdfs = logpdfs.tolist()
+    low = min(logpdfs)
+    if math.isnan(low) or math.isnan(max(logpdfs)):
+        return None         # choice() names the first element whose density is NaN
+    tracer._claim(addresses[0], line, "random choice")      # claims the namespace
+    tracer.family_lines.append((rest, line))
+    counters.logpdf_evaluations += len(logpdfs)
+    if low == _NEG_INF:
+        tracer.impossible = True
+    # the per-element sum ``weight += new - old`` in the same order, in C
+    tracer.weight = sum(map(operator.sub, logpdfs, map(_LOGPDF, old.records)), tracer.weight)
+    values = old.values
+    recs = list(map(ChoiceRecord, itertools.repeat(dist), values, logpdfs))
+    tracer.records.update(zip(addresses, recs))
+    tracer.n_kept += len(recs)
+    floats_from = (old._floats, 0, []) if type(old._floats) is tuple else None
+    family = _store_family(tracer, namespace, line, keys, dist, recs, values, low != _NEG_INF,
+                           floats_from)
+    tracer.families[(namespace, line)]._stacked = stacked
+    return family
 
 
 def _redone_positions(tracer, addresses, rest, keys, old, offset):
@@ -168,12 +219,21 @@ class Family:
     offset, redone positions)``) when those were known, else one by one.
     """
 
-    __slots__ = ("keys", "records", "values", "dist", "uniform", "_floats", "_floats_from")
+    __slots__ = ("keys", "records", "values", "dist", "uniform", "_floats", "_floats_from", "_stacked")
 
     def __init__(self, keys, records, values, dist, uniform, floats_from=None):
         self.keys, self.records, self.values, self.dist, self.uniform = keys, records, values, dist, uniform
         self._floats = None         # not computed yet; False: the values are not all plain floats
         self._floats_from = floats_from
+        self._stacked = None        # the values as one float64 tensor, made on first use
+
+    def stacked(self):
+        """The values as one float64 tensor of shape ``(n,)`` (scalar continuous values),
+        made once and shared by the families that keep these values; else ``None``."""
+        if self._stacked is None:
+            floats = self.floats()
+            self._stacked = torch.tensor(floats, dtype=torch.float64) if floats else False
+        return self._stacked if self._stacked is not False else None
 
     def floats(self):
         if self._floats is None:

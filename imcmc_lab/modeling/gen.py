@@ -22,7 +22,7 @@ import functools
 from ..core.choicemap import ChoiceMap
 from ..core.effects import visit_call
 from . import runtime
-from .families import HELPER_NAME, lower_families
+from .families import HELPER_NAME, lower_families, lowering_report
 from .trace import DynamicTrace, Trace
 
 __all__ = ["GenerativeFunction", "DynamicGenFunction", "DynamicTrace", "GenCall", "gen"]
@@ -116,6 +116,13 @@ class DynamicGenFunction(GenerativeFunction):
         fn = self.fn.func if isinstance(self.fn, functools.partial) else self.fn
         return self.fn is not self.__wrapped__ or HELPER_NAME in getattr(getattr(fn, "__code__", None),
                                                                          "co_names", ())
+
+    @property
+    def lowering_report(self) -> list:
+        """One line per loop or comprehension that makes a choice per key: lowered to one
+        indexed family, or run as written and why (see families.py)."""
+        fn = self.__wrapped__
+        return lowering_report(fn.func if isinstance(fn, functools.partial) else fn, self.lowered)
 
     def _execute(self, request):
         __tracebackhide__ = True
