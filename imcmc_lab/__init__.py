@@ -20,6 +20,7 @@ from .inference import (HMC, MH, Chain, InvolutiveKernel, Kernel, MoveRecord, cy
                         involutive_mcmc, involutive_move, mh, mixture, repeat, run_chain)
 from .inference.distributed import ChainsFailed, run_chains
 from .inference.smc import PG, PGAS, ParticleFilter, ParticleState, Steps, resample, smc
+from .inference.stationarity import StationarityResult, check_stationarity
 from .modeling.runtime import differentiable_score
 from .modeling.families import choice_family as _choice_family   # called by compiled %%gen cells
 

@@ -6,3 +6,4 @@ from .hmc import HMC, hmc
 from .kernels import Kernel, as_kernel, cycle, mixture, repeat
 from .mh import MH, mh
 from .smc import PG, PGAS, ParticleFilter, ParticleState, Steps, resample, smc
+from .stationarity import StationarityResult, check_stationarity
