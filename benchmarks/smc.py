@@ -100,25 +100,29 @@ def _cpu(fn, repeats):
     return (time.process_time() - began) / repeats, out
 
 
+def _rate_columns(n, T, engine_s, numpy_s):
+    return f"{n:>9} {n * T / engine_s:>15,.0f} {n * T / numpy_s:>14,.0f} {numpy_s / engine_s:>12.2%}"
+
+
+RATE_HEADER = f"{'particles':>9} {'engine steps/s':>15} {'numpy steps/s':>14} {'engine/numpy':>13}"
+
+
 def smc_rows(ys, counts):
     steps, T = sq.linear_gaussian_steps(ys), len(ys)
     rng = np.random.default_rng(0)
     print(f"\n1. SMC, T = {T} (Kalman log Z {kalman(ys)[0]:.3f})")
-    print(f"{'particles':>9} {'engine steps/s':>15} {'numpy steps/s':>14} {'engine/numpy':>13} "
-          f"{'log Z engine':>13} {'log Z numpy':>12}")
+    print(f"{RATE_HEADER} {'log Z engine':>13} {'log Z numpy':>12}")
     for n in counts:
         engine_s, state = _cpu(lambda: il.smc(steps, n), 1)
         numpy_s, log_z = _cpu(lambda: numpy_smc(ys, n, rng), max(3, 3000 // n))
-        print(f"{n:>9} {n * T / engine_s:>15,.0f} {n * T / numpy_s:>14,.0f} {numpy_s / engine_s:>12.2%} "
-              f"{state.log_ml:>13.3f} {log_z:>12.3f}")
+        print(f"{_rate_columns(n, T, engine_s, numpy_s)} {state.log_ml:>13.3f} {log_z:>12.3f}")
 
 
 def pgas_rows(ys, counts, sweeps):
     steps, T = sq.linear_gaussian_steps(ys), len(ys)
     rng = np.random.default_rng(1)
     print(f"\n2. PGAS sweep, T = {T}")
-    print(f"{'particles':>9} {'engine steps/s':>15} {'numpy steps/s':>14} {'engine/numpy':>13} "
-          f"{'PGAS/SMC sweep':>15}")
+    print(f"{RATE_HEADER} {'PGAS/SMC sweep':>15}")
     for n in counts:
         trace = il.smc(steps, n).sample()
         kernel = il.PGAS(steps, n)
@@ -130,8 +134,7 @@ def pgas_rows(ys, counts, sweeps):
         smc_s, _ = _cpu(lambda: il.smc(steps, n, ess_threshold=1.0), 1)
         retained = np.array([float(trace["states", t, "x"]) for t in range(T)])
         numpy_s, _ = _cpu(lambda: numpy_pgas(np.asarray(ys), n, retained, rng), max(3, 1000 // n))
-        print(f"{n:>9} {n * T / engine_s:>15,.0f} {n * T / numpy_s:>14,.0f} {numpy_s / engine_s:>12.2%} "
-              f"{engine_s / smc_s:>14.2f}x")
+        print(f"{_rate_columns(n, T, engine_s, numpy_s)} {engine_s / smc_s:>14.2f}x")
 
 
 def lds_rates(T, sweeps):
