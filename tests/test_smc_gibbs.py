@@ -13,7 +13,7 @@ from imcmc_lab.inference.smc.conditional import Reference, ancestor_log_weights
 from imcmc_lab.inference.smc.resampling import normalized_weights
 
 from mcmc_stats import assert_close_to
-from reference.kalman import kalman
+from reference.kalman import kalman, lds_parameter_posterior_means
 
 BRANCH_P_R, GEOM_MEAN = 0.4148202939, 2.3556164592
 
@@ -82,3 +82,22 @@ def test_pgas_in_a_cycle_with_mh_on_a_parameter():
     chain = il.run_chain(kernel, il.smc(steps, 5).sample(), 50, record=["r"], progress=False)
     assert len(chain.samples[0]) == 50
     assert set(chain.acceptance) == {"pgas(branching, 5)", "mh(select('r'))"}
+
+
+def test_pgas_cycled_with_mh_recovers_lds_parameter_posterior_means():
+    """Done-when 4 of issue 19: ``cycle(PGAS, MH on omega, MH on q)`` on a small LDS (2-D state,
+    D = 2, T = 6, r = 0.01; the paper's priors) gets the posterior means of ``omega = g pi / T`` and
+    ``q`` within 4 batch-means SEs of a 200 x 200 grid quadrature over (g, q) with a Kalman
+    likelihood per grid point (``tests/reference/kalman.py``). The data move q's mean to 0.084
+    from the prior's 0.1, about 6 SEs (SE about 0.0025), so a kernel that ignored them would fail."""
+    T, r = 6, 0.01
+    C, _, ys = sq.simulate_lds(D=2, T=T, q=0.1, r=r, seed=3)
+    omega_mean, q_mean = lds_parameter_posterior_means(np.stack([y.numpy() for y in ys]), C.numpy(), r, T,
+                                                       n_grid=200)
+    steps = sq.lds_steps(ys, C, r=r)
+    torch.manual_seed(15)
+    kernel = il.cycle(il.PGAS(steps, 5), il.MH(il.select("g")), il.MH(il.select("q")))
+    chain = il.run_chain(kernel, il.smc(steps, 5).sample(), 400, record=["g", "q"], progress=False)
+    omegas = [float(s["g"]) * np.pi / T for s in chain.samples[0]]
+    assert_close_to(omegas, omega_mean, label="omega")
+    assert_close_to([float(s["q"]) for s in chain.samples[0]], q_mean, label="q")

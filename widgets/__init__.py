@@ -13,6 +13,7 @@ imcmc_lab.widgets``): the engine itself never imports IPython or ipywidgets.
 """
 
 from .jacobian import JacobianLayout, JacobianView
+from .particles import ParticleView, particle_frames
 from .schematic import InvolutionSchematic, Stages, involution_stages
 from .stream import SamplerStream, Throttle
 from .tree import DotNotFound, TraceTree, trace_tree

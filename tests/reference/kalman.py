@@ -46,3 +46,45 @@ def forward_backward(ys, initial, transition, emission):
         beta[t] = transition @ (emission[:, ys[t + 1]] * beta[t + 1]) / scale[t + 1]
     posterior = alpha * beta
     return float(np.log(scale).sum()), posterior / posterior.sum(axis=1, keepdims=True)
+
+
+def lds_log_likelihood(ys, C, omegas, qs, r, x_init=(1.0, 0.0)):
+    """Log p(y_0..y_{T-1} | omega, q) of the 2-D rotation model ``x_t ~ N(A(omega) x_{t-1}, q I)``
+    (``x_{-1} = x_init``), ``y_t ~ N(C x_t, r I)``, by a Kalman filter vectorised over the
+    parameter pairs ``(omegas[k], qs[k])``."""
+    ys, C = np.asarray(ys, dtype=float), np.asarray(C, dtype=float)
+    omegas, qs = np.asarray(omegas, dtype=float), np.asarray(qs, dtype=float)
+    K, D = len(omegas), C.shape[0]
+    c, s = np.cos(omegas), np.sin(omegas)
+    A = np.stack([np.stack([c, -s], -1), np.stack([s, c], -1)], -2)             # K x 2 x 2
+    m = np.tile(np.asarray(x_init, dtype=float), (K, 1))
+    P = np.zeros((K, 2, 2))
+    eye2, eyeD = np.eye(2), np.eye(D)
+    log_l = np.zeros(K)
+    for y in ys:
+        m = np.einsum("kij,kj->ki", A, m)
+        P = A @ P @ A.transpose(0, 2, 1) + qs[:, None, None] * eye2
+        S = C @ P @ C.T + r * eyeD
+        resid = y - m @ C.T
+        S_inv = np.linalg.inv(S)
+        log_l -= 0.5 * (np.linalg.slogdet(S)[1] + np.einsum("ki,kij,kj->k", resid, S_inv, resid)
+                        + D * np.log(2 * np.pi))
+        gain = P @ C.T @ S_inv                                                  # K x 2 x D
+        m = m + np.einsum("kij,kj->ki", gain, resid)
+        P = P - gain @ C @ P
+    return log_l
+
+
+def lds_parameter_posterior_means(ys, C, r, T_total, n_grid=400):
+    """Posterior means of ``omega = g pi / T_total`` and ``q`` for the LDS of
+    ``imcmc_lab.examples.sequential.lds`` (``g ~ gamma(10, rate 2.5)``, ``q ~ gamma(10, rate 100)``)
+    by midpoint quadrature on a ``n_grid`` x ``n_grid`` grid of (g, q) covering the prior's mass."""
+    from scipy import stats
+    g = (np.arange(n_grid) + 0.5) * (14.0 / n_grid)
+    q = (np.arange(n_grid) + 0.5) * (0.4 / n_grid)
+    G, Q = (a.ravel() for a in np.meshgrid(g, q, indexing="ij"))
+    log_post = (stats.gamma.logpdf(G, 10.0, scale=1 / 2.5) + stats.gamma.logpdf(Q, 10.0, scale=1 / 100.0)
+                + lds_log_likelihood(ys, C, G * np.pi / T_total, Q, r))
+    w = np.exp(log_post - log_post.max())
+    w /= w.sum()
+    return float(w @ (G * np.pi / T_total)), float(w @ Q)

@@ -23,10 +23,10 @@ from ...core.address import format_address
 from ...core.values import values_equal
 from ...errors import ConstraintError
 from ..kernels import Kernel
-from .resampling import log_sum_exp, resample
+from .resampling import effective_sample_size, log_sum_exp, resample
 from .steps import Steps, extend
 
-__all__ = ["PG", "PGAS", "Reference", "conditional_smc"]
+__all__ = ["PG", "PGAS", "Reference", "SweepRecord", "conditional_smc"]
 
 _NEG_INF = -math.inf
 
@@ -119,8 +119,24 @@ def ancestor_log_weights(steps, traces, log_weights, t, suffix, full=None, fast=
     return weights, spliced
 
 
-def conditional_smc(steps, n_particles, reference: Reference, ancestor_sampling, fast=True):
-    """One conditional SMC sweep; returns (final traces, final log-weights, ancestor switches)."""
+class SweepRecord:
+    """What one conditional SMC sweep did, for views: per generation ``traces``,
+    ``log_weights`` and ``ancestors`` (parent indices; ``None`` at generation 0) as in a
+    :class:`~.filter.ParticleState`'s ``history``; ``ancestor_choice[t]``: the ancestor drawn
+    for the retained particle (index 0) at ``t`` (0 = its own; always 0 without ancestor
+    sampling); ``chosen``: the index of the returned particle in the last generation."""
+
+    def __init__(self):
+        self.history, self.ancestors, self.ancestor_choice, self.chosen = [], [None], [None], None
+
+    @property
+    def ess(self):
+        return [effective_sample_size(w) for _, w in self.history]
+
+
+def conditional_smc(steps, n_particles, reference: Reference, ancestor_sampling, fast=True, record=None):
+    """One conditional SMC sweep; returns (final traces, final log-weights, ancestor switches).
+    ``record``: a :class:`SweepRecord` to fill."""
     n = steps.n
     traces = [reference.prefixes[0]] + [None] * (n_particles - 1)
     log_weights = np.zeros(n_particles)
@@ -129,6 +145,8 @@ def conditional_smc(steps, n_particles, reference: Reference, ancestor_sampling,
         e = extend(steps, None, 0)
         traces[l], log_weights[l] = e.trace, e.log_weight
     full, on_reference, switches = reference.prefixes[-1], True, 0
+    if record is not None:
+        record.history.append((list(traces), log_weights))
     for t in range(1, n):
         ancestors = resample(log_weights, n_particles - 1, "multinomial")
         a0 = 0
@@ -149,6 +167,10 @@ def conditional_smc(steps, n_particles, reference: Reference, ancestor_sampling,
             new_traces.append(e.trace)
             new_weights.append(e.log_weight)
         traces, log_weights = new_traces, np.asarray(new_weights)
+        if record is not None:
+            record.history.append((traces, log_weights))
+            record.ancestors.append(np.r_[a0, ancestors])
+            record.ancestor_choice.append(a0)
     return traces, log_weights, switches
 
 
@@ -170,17 +192,20 @@ class PG(Kernel):
         self._cache = (None, None)   # (trace this kernel returned, its Reference)
         self.switches = 0
         self.last_log_z = None
+        self.last_sweep = None       # the SweepRecord of the latest sweep
 
     def step(self, trace):
         cached, reference = self._cache
         if trace is not cached:
             reference = Reference(self.steps, trace)
+        self.last_sweep = SweepRecord()
         traces, log_weights, switches = conditional_smc(self.steps, self.n_particles, reference,
-                                                        self.ancestor_sampling, self.fast)
+                                                        self.ancestor_sampling, self.fast, self.last_sweep)
         self.switches += switches
         self.last_log_z = log_sum_exp(log_weights) - math.log(self.n_particles)
         k = int(resample(log_weights, 1, "multinomial")[0])
         new = traces[k]
+        self.last_sweep.chosen = k
         # the returned trace is the reference itself: the next sweep may reuse its generations
         self._cache = (new, reference) if k == 0 and not switches else (None, None)
         return new, (k != 0 or switches > 0)

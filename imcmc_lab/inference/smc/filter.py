@@ -30,7 +30,9 @@ class ParticleState:
     the log marginal likelihood estimate of the observations so far; per generation
     ``ess`` (after reweighting), ``resampled`` (whether the particles were resampled
     before it) and ``ancestors`` (for each particle, the index of its parent in the
-    previous generation: ``None`` at generation 0).
+    previous generation: ``None`` at generation 0). ``history``: per generation, the
+    ``(traces, log_weights)`` it ended with (references to immutable traces: cheap), which
+    the particle view (``imcmc_lab.widgets.ParticleView``) draws.
     """
 
     def __init__(self, traces, log_weights):
@@ -40,6 +42,7 @@ class ParticleState:
         self.ess = [effective_sample_size(self.log_weights)]
         self.ancestors = [None]
         self.resampled = [False]
+        self.history = [(self.traces, self.log_weights)]
 
     @property
     def generation(self) -> int:
@@ -122,6 +125,7 @@ class ParticleFilter:
                          if log_sum_exp(state.log_weights) > -math.inf else 0.0)
         state.ancestors.append(ancestors if ancestors is not None else np.arange(self.n_particles))
         state.resampled.append(ancestors is not None)
+        state.history.append((list(state.traces), state.log_weights))
         return state
 
     def run(self) -> ParticleState:
