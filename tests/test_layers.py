@@ -26,7 +26,6 @@ LAYERS = {
     f"{PACKAGE}.modeling": 1,
     f"{PACKAGE}.transform": 2,
     f"{PACKAGE}.inference": 3,
-    f"{PACKAGE}.display": 4,
     f"{PACKAGE}.examples": 4,
     f"{PACKAGE}.magics": 4,
     f"{PACKAGE}.widgets": 4,

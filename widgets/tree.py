@@ -123,7 +123,7 @@ class TraceTree:
             svg = self.svg()
         except DotNotFound as exc:
             # Without dot, fall back to the HTML table of the trace, with the reason.
-            from imcmc_lab.display import choicemap_html, trace_html
+            from imcmc_lab.core.display import choicemap_html, trace_html
 
             table = trace_html(self.trace) if hasattr(self.trace, "flat_records") else choicemap_html(self.trace)
             return {"text/html": f"<div style='color:#9a6700'>{html.escape(str(exc))}</div>{table}",
