@@ -128,6 +128,16 @@ class _ElementRun:
             return sum(t.score for t in self.subtraces)
         return prev.score + self.delta_score
 
+    def finish(self, trace_class, gen_fn, args, old):
+        """Remove the old elements past the new length; the run's :class:`Result` with a
+        new ``trace_class`` trace of the elements."""
+        for i in range(len(self.subtraces), len(old)):
+            self.remove(i, old[i])
+        prev = self.request.prev if self.request.incremental else None
+        retval = [t.retval for t in self.subtraces]
+        trace = trace_class(gen_fn, args, retval, self.score(prev), self.subtraces)
+        return Result(trace, self.weight, self.discard, self.fresh, self.n_used)
+
 
 class Map(GenerativeFunction):
     """``Map(kernel)(xs, ys, ...)``: element ``i`` is ``kernel(xs[i], ys[i], ...)`` at address ``i``.
@@ -171,11 +181,7 @@ class Map(GenerativeFunction):
                 continue
             element_args = tuple(a[i] for a in args)
             run.element(i, self.kernel, element_args, old[i] if i < len(old) else None)
-        for i in range(n, len(old)):
-            run.remove(i, old[i])
-        retval = [t.retval for t in run.subtraces]
-        trace = MapTrace(self, args, retval, run.score(prev if incremental else None), run.subtraces)
-        return Result(trace, run.weight, run.discard, run.fresh, run.n_used)
+        return run.finish(MapTrace, self, args, old)
 
     def __repr__(self):
         return f"<generative function {self.name}>"
@@ -220,11 +226,7 @@ class Unfold(GenerativeFunction):
                 state = prev_sub.retval
                 continue
             state = run.element(t, self.kernel, (t, state) + params, prev_sub).retval
-        for t in range(n, len(old)):
-            run.remove(t, old[t])
-        retval = [t.retval for t in run.subtraces]
-        trace = UnfoldTrace(self, args, retval, run.score(prev if incremental else None), run.subtraces)
-        return Result(trace, run.weight, run.discard, run.fresh, run.n_used)
+        return run.finish(UnfoldTrace, self, args, old)
 
     def __repr__(self):
         return f"<generative function {self.name}>"

@@ -215,6 +215,15 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
     app._consumed = every_copy
 
 
+def _continuous_records(sides):
+    """``((side, address), record)`` of the continuous choices of ``sides`` (``(side, flat
+    records)`` pairs), in trace order."""
+    for side, flat in sides:
+        for address, rec in flat.items():
+            if not rec.dist.discrete:
+                yield (side, address), rec
+
+
 def _match_inputs(run, sides, consumed, xn_flat):
     """``(remaining inputs, every continuous read)`` as ``(CoordinateGroup, leaf)`` lists:
     the continuous reads of ``sides`` (``(side, flat records)`` pairs) that no copy
@@ -222,19 +231,16 @@ def _match_inputs(run, sides, consumed, xn_flat):
     neither read nor consumed: its information would be lost."""
     reads = run.reads
     remaining_inputs, read_inputs = [], []
-    for side, flat in sides:
-        for address, rec in flat.items():
-            if rec.dist.discrete:
-                continue
-            key = (side, address)
-            read = reads.get(key)
-            if read is not None and read.leaf is not None:
-                group = CoordinateGroup(_IN[side], address, rec.dist, rec.value)
-                read_inputs.append((group, read.leaf))
-                if key not in consumed:
-                    remaining_inputs.append((group, read.leaf))
-            elif key not in consumed:
-                raise _lost_input(side, address, xn_flat)
+    for key, rec in _continuous_records(sides):
+        side, address = key
+        read = reads.get(key)
+        if read is not None and read.leaf is not None:
+            group = CoordinateGroup(_IN[side], address, rec.dist, rec.value)
+            read_inputs.append((group, read.leaf))
+            if key not in consumed:
+                remaining_inputs.append((group, read.leaf))
+        elif key not in consumed:
+            raise _lost_input(side, address, xn_flat)
     return remaining_inputs, read_inputs
 
 
@@ -298,26 +304,23 @@ def _match_outputs(run, sides):
     writes, copied_to, derivative_source = run.writes, run.copied_to, run.backend.derivative_source
     consumed = {}
     written_outputs = []
-    for side, flat in sides:
-        for address, rec in flat.items():
-            if rec.dist.discrete:
-                continue
-            key = (side, address)
-            write = writes.get(key)
-            if write is not None:
-                group = CoordinateGroup(_OUT[side], address, rec.dist, rec.value)
-                written_outputs.append((group, derivative_source(write, rec.dist)))
-                continue
-            copy = copied_to.get(key)
-            src = (copy.src_side, copy.src_address) if copy is not None else key
-            if src in consumed:
-                raise TransformError(
-                    f"the value of {_IN[src[0]]}[{format_address(src[1])}] reaches two outputs "
-                    f"({_OUT[consumed[src][0]]}[{format_address(consumed[src][1])}] and "
-                    f"{_OUT[side]}[{format_address(address)}]): a continuous value cannot be "
-                    f"duplicated by an involution. If the model keeps it, do not copy it too."
-                )
-            consumed[src] = key
+    for key, rec in _continuous_records(sides):
+        side, address = key
+        write = writes.get(key)
+        if write is not None:
+            group = CoordinateGroup(_OUT[side], address, rec.dist, rec.value)
+            written_outputs.append((group, derivative_source(write, rec.dist)))
+            continue
+        copy = copied_to.get(key)
+        src = (copy.src_side, copy.src_address) if copy is not None else key
+        if src in consumed:
+            raise TransformError(
+                f"the value of {_IN[src[0]]}[{format_address(src[1])}] reaches two outputs "
+                f"({_OUT[consumed[src][0]]}[{format_address(consumed[src][1])}] and "
+                f"{_OUT[side]}[{format_address(address)}]): a continuous value cannot be "
+                f"duplicated by an involution. If the model keeps it, do not copy it too."
+            )
+        consumed[src] = key
     return consumed, written_outputs
 
 
