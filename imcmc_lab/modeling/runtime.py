@@ -23,7 +23,7 @@ from ..core.choicemap import as_choicemap, as_selection
 from ..core.effects import pop_handler, push_handler
 from ..errors import AddressError, ConstraintError
 from .execution import Execution, Result, counters
-from .trace import DynamicTrace, check_unchanged
+from .trace import DynamicTrace
 from .tracer import Assess, AssessFailure, Generate, Regenerate, Simulate, Update
 
 __all__ = ["run_dynamic", "simulate", "generate", "assess", "update", "regenerate",
@@ -127,7 +127,6 @@ def assess(gen_fn, args, choices):
 
 def update(trace, constraints, args=None, strict=True):
     """The full :class:`~.execution.Result` of ``trace.update``."""
-    check_unchanged(trace)
     flat = _owned_constraints(constraints)
     args = trace.args if args is None else owned(_as_args(args))
     result = trace.gen_fn._execute(Execution(Update, args, trace, flat or None))
@@ -135,7 +134,6 @@ def update(trace, constraints, args=None, strict=True):
 
 
 def regenerate(trace, selection, args=None):
-    check_unchanged(trace)
     args = trace.args if args is None else owned(_as_args(args))
     result = trace.gen_fn._execute(Execution(Regenerate, args, trace, None, as_selection(selection)))
     return result.trace, result.weight
@@ -148,8 +146,7 @@ def differentiable_score(trace, values: dict):
     """``log p`` of ``trace`` with ``values`` (address -> tensor) substituted, as a
     differentiable tensor. Re-scores every choice (no caching), so gradients with
     respect to the substituted tensors flow through every density they affect."""
-    check_unchanged(trace)
-    flat = {address: record.value for address, record in trace.flat_records().items()}
+    flat = dict(trace.get_choices().items())
     for address, value in values.items():
         address = normalize_address(address)
         if address not in flat:

@@ -8,56 +8,11 @@ traces; the old one stays valid, so rejecting a move costs nothing.
 
 from __future__ import annotations
 
-import weakref
-
-import torch
-
 from ..core.address import did_you_mean, format_address, normalize_address
 from ..core.choicemap import ChoiceMap, as_selection
-from ..errors import AddressError, ImcmcError
+from ..errors import AddressError
 
-__all__ = ["ChoiceRecord", "CallRecord", "Trace", "DynamicTrace", "TraceChangedError", "check_unchanged"]
-
-
-class TraceChangedError(ImcmcError):
-    """A tensor a trace handed out was changed in place (``v = trace["mu"]; v += 1``)."""
-
-
-# Values a trace hands out stay the trace's own (kept values are shared, by identity, with
-# the traces that update makes), so an in-place edit of one would change every trace that
-# holds it and make cached densities wrong. Copying on access would break that sharing;
-# instead each handed-out tensor's version counter (which every in-place operation bumps)
-# is noted here, {id: (weak reference, version)}, and the engine checks them before it
-# uses a trace again (update, regenerate, differentiable scoring, a transform's update).
-_LENT = {}
-
-
-def _lend(value):
-    """Note ``value``'s version if it is a tensor handed out for the first time; ``value``."""
-    if type(value) is torch.Tensor or isinstance(value, torch.Tensor):
-        key = id(value)
-        if key not in _LENT:
-            _LENT[key] = (weakref.ref(value, lambda _, key=key: _LENT.pop(key, None)), value._version)
-    return value
-
-
-def check_unchanged(trace):
-    """Raise :class:`TraceChangedError` if a value ``trace`` handed out was changed in place.
-    Costs one comparison per handed-out tensor still alive (not per choice)."""
-    if not _LENT:
-        return
-    changed = {key for key, (ref, version) in list(_LENT.items())
-               if (value := ref()) is not None and value._version != version}
-    if not changed:
-        return
-    hit = [a for a, r in trace.flat_records().items() if id(r.value) in changed]
-    if hit or id(trace.retval) in changed:
-        where = ", ".join(format_address(a) for a in hit[:5]) or "its return value"
-        raise TraceChangedError(
-            f"a value of this trace of {trace.gen_fn.name} was changed in place after the trace "
-            f"handed it out (at {where}); traces are immutable, and its cached densities no "
-            f"longer match its values. Change a choice with trace.update({{address: new_value}}); "
-            f"to compute with a value in place, copy it first: v = trace[address].clone().")
+__all__ = ["ChoiceRecord", "CallRecord", "Trace", "DynamicTrace"]
 
 
 class ChoiceRecord:
@@ -146,11 +101,11 @@ class Trace:
         """
         address = normalize_address(address)
         if not address:
-            return _lend(self.retval)
+            return self.retval
         found = self._resolve(address)
         if found is not None:
             kind, target = found
-            return _lend(target.value if kind == "leaf" else target.retval)
+            return target.value if kind == "leaf" else target.retval
         choices = self.get_choices()
         if choices.has_submap(address):
             return choices.get_submap(address)
@@ -167,7 +122,7 @@ class Trace:
         """All random choices as a :class:`ChoiceMap` (cached; traces are immutable)."""
         if self._choices is None:
             self._choices = ChoiceMap._from_flat(
-                {a: _lend(r.value) for a, r in self.flat_records().items()})
+                {a: r.value for a, r in self.flat_records().items()})
         return self._choices
 
     @property
