@@ -264,38 +264,19 @@ BEHAVIOUR = {
     "chain": (lambda: il.run_chain(_used_kernel(), _start(), 5, record={"k": "k"}, progress=False), _draws),
     "move record": (_move_record, lambda r: (float(r.log_alpha), r.accepted, float(r.jacobian.logabsdet))),
 }
-LABELS = "Label singletons (transform/language.py: il.discrete/il.continuous) unpickle as copies, and the "\
-         "interpreter tests `label is discrete`: a discrete read is then treated as continuous"
-LRU = "a move record's Application/JacobianRecord hold `_account.<locals>.every_copy`, an lru_cache wrapper of a " \
-      "local function (transform/apply.py), which pickle looks up by name"
-GROUP = "CoordinateGroup (transform/jacobian.py) is a tuple subclass whose __new__(trace, address, dist, value) " \
-        "differs from its items, and it has no __reduce__: unpickling calls __new__ with the items and fails"
-STANDARD = "the @gen / @transform decorators replace the module attribute with a DynamicGenFunction / Transform " \
-           "(modeling/gen.py, transform/language.py) holding the function, which pickle then cannot find by name"
-
-DUMPS_XFAIL = {"move record": GROUP, "used kernel": GROUP}   # run_chains drops the record: see below
-CLOUDPICKLE_XFAIL = {"transform": LABELS, "fresh kernel": LABELS, "used kernel": LRU, "move record": LRU}
-
-
-def _case(name, xfails):
-    marks = [pytest.mark.xfail(strict=True, reason=xfails[name])] if name in xfails else []
-    return pytest.param(name, marks=marks, id=name)
-
-
-@pytest.mark.parametrize("name", [_case(n, DUMPS_XFAIL) for n in BEHAVIOUR])
+@pytest.mark.parametrize("name", list(BEHAVIOUR))
 def test_round_trip_with_run_chains_pickler(name):
     make, behaviour = BEHAVIOUR[name]
     assert behaviour(pickle.loads(dist.dumps(make()))) == behaviour(make())
 
 
-@pytest.mark.parametrize("name", [_case(n, CLOUDPICKLE_XFAIL) for n in BEHAVIOUR])
+@pytest.mark.parametrize("name", list(BEHAVIOUR))
 def test_round_trip_with_cloudpickle(name):
     make, behaviour = BEHAVIOUR[name]
     assert behaviour(pickle.loads(cloudpickle.dumps(make()))) == behaviour(make())
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=STANDARD), id=n)
-                                  for n in BEHAVIOUR])
+@pytest.mark.parametrize("name", list(BEHAVIOUR))
 def test_round_trip_with_standard_pickle_of_module_level_objects(name):
     make, behaviour = BEHAVIOUR[name]
     assert behaviour(pickle.loads(pickle.dumps(make()))) == behaviour(make())

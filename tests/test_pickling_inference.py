@@ -18,29 +18,6 @@ from imcmc_lab.examples import two_clusters as tc
 
 DATA = torch.tensor([-2.0, -1.5, 1.8, 2.2, 2.5], dtype=torch.float64)
 
-# What blocks the standard pickle of everything holding the example's models: the module
-# attribute ``imcmc_lab.examples.two_clusters.two_clusters`` is the GenerativeFunction that
-# ``@gen`` returns, and ``split_merge`` the Transform that ``@transform`` returns; each keeps
-# the decorated function (``.fn``), whose qualified name resolves to the wrapper, so pickle
-# refuses it ("it's not the same object as ..."). The owners are imcmc_lab.modeling.gen
-# (GenerativeFunction) and imcmc_lab.transform.language (Transform).
-BLOCKED_BY_GEN_FN = pytest.mark.xfail(
-    strict=True, raises=pickle.PicklingError,
-    reason="GenerativeFunction / Transform (modeling, transform layers) do not pickle with the "
-           "standard pickle: their decorated function resolves to the wrapper by name")
-
-# What breaks the cloudpickle copy of a transform: cloudpickle copies the transform's function
-# by value (for the reason above), and with it the globals ``discrete``/``continuous``, which
-# are instances of imcmc_lab.transform.language.Label compared by identity (``label is
-# discrete``). The copies are new objects, so the copied transform reads the discrete "k" as
-# continuous and fails ("'int' object has no attribute 'detach'"). Label needs a __reduce__
-# returning its global name (transform layer).
-BLOCKED_BY_LABEL_IDENTITY = pytest.mark.xfail(
-    strict=True,
-    reason="transform.language.Label (discrete/continuous) loses its identity in a cloudpickle "
-           "copy of a transform, so the copied transform misreads discrete choices")
-
-
 @il.gen
 def shift_first_mean(trace):
     """A custom MH proposal (it proposes a model address)."""
@@ -70,9 +47,6 @@ def _model_kernels():
     }
 
 
-_WITH_TRANSFORM = ("InvolutiveKernel", "two_cluster_cycle")
-
-
 def _same_moves(kernel, copy, steps=30):
     """Both kernels, from the same state and seed, make the same moves."""
     runs = []
@@ -89,15 +63,13 @@ def test_selection_kernels_round_trip_with_pickle(name):
     _same_moves(kernel, pickle.loads(pickle.dumps(kernel)))
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=BLOCKED_BY_LABEL_IDENTITY) if n in _WITH_TRANSFORM else n
-                                  for n in _model_kernels()])
+@pytest.mark.parametrize("name", list(_model_kernels()))
 def test_model_kernels_round_trip_with_cloudpickle(name):
     kernel = _model_kernels()[name]
     il.run_chain(kernel, _start(), 5, progress=False)      # a used kernel (InvolutiveKernel keeps a record)
     _same_moves(kernel, cloudpickle.loads(cloudpickle.dumps(kernel)))
 
 
-@BLOCKED_BY_GEN_FN
 @pytest.mark.parametrize("name", list(_model_kernels()))
 def test_model_kernels_round_trip_with_pickle(name):
     kernel = _model_kernels()[name]
@@ -141,7 +113,6 @@ def test_move_record_round_trips_with_cloudpickle():
         assert getattr(record, side).get_choices().allclose(getattr(copy, side).get_choices())
 
 
-@BLOCKED_BY_LABEL_IDENTITY
 def test_move_record_copy_reapplies_its_transform_with_cloudpickle():
     record = _record()
     _assert_same_application(record, cloudpickle.loads(cloudpickle.dumps(record)))
@@ -159,7 +130,6 @@ def test_move_record_without_auxiliary_program_keeps_the_shared_empty_trace():
     assert copy.aux_in is EMPTY_AUX and copy.aux_out is EMPTY_AUX
 
 
-@BLOCKED_BY_GEN_FN
 def test_move_record_round_trips_with_pickle():
     record = _record()
     _assert_same_record(record, pickle.loads(pickle.dumps(record)))
@@ -182,7 +152,6 @@ def test_chain_round_trips_with_cloudpickle():
     _assert_same_chain(chain, cloudpickle.loads(cloudpickle.dumps(chain)))
 
 
-@BLOCKED_BY_GEN_FN
 def test_chain_round_trips_with_pickle():
     chain = _chain()
     _assert_same_chain(chain, pickle.loads(pickle.dumps(chain)))

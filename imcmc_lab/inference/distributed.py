@@ -26,7 +26,6 @@ import atexit
 import concurrent.futures
 import contextlib
 import functools
-import importlib
 import io
 import os
 import pickle
@@ -103,34 +102,8 @@ def _one_torch_thread():
         torch.set_num_threads(before)
 
 
-def _found_by_name(obj) -> bool:
-    """Would standard pickle find ``obj`` again by its module and qualified name?"""
-    target = sys.modules.get(getattr(obj, "__module__", None) or "")
-    for part in getattr(obj, "__qualname__", "<locals>").split("."):
-        target = getattr(target, part, None)
-    return target is obj
-
-
-@functools.cache
-def _singletons():
-    """Objects the engine compares by identity (``label is discrete``): they must unpickle
-    as themselves, not as equal copies. ``{id: (module, name)}``."""
-    from ..transform import apply, language
-
-    where = {language: ("discrete", "continuous"), apply: ("EMPTY_AUX",)}
-    return {id(getattr(module, name)): (module.__name__, name) for module, names in where.items() for name in names}
-
-
-def _singleton(module, name):
-    return getattr(importlib.import_module(module), name)
-
-
 def _nothing():
     return None
-
-
-def _lru_cached(fn, parameters):
-    return functools.lru_cache(maxsize=parameters["maxsize"], typed=parameters["typed"])(fn)
 
 
 @functools.cache
@@ -138,20 +111,14 @@ def _pickler_class():
     import cloudpickle
 
     class Pickler(cloudpickle.CloudPickler):
-        """cloudpickle, plus ``functools.lru_cache`` wrappers of local functions (by value,
-        with an empty cache): pickle looks those up by name and fails. With
-        ``drop_records``, move records (a kernel's ``last_record``) become None: a task
-        needs none, and they hold four traces each."""
+        """cloudpickle; with ``drop_records``, move records (a kernel's ``last_record``)
+        become None: a task needs none, and they hold four traces each."""
 
         drop_records = False
 
         def reducer_override(self, obj):
-            if id(obj) in _singletons():
-                return _singleton, _singletons()[id(obj)]
             if self.drop_records and isinstance(obj, MoveRecord):
                 return _nothing, ()
-            if isinstance(obj, functools._lru_cache_wrapper) and not _found_by_name(obj):
-                return _lru_cached, (obj.__wrapped__, obj.cache_parameters())
             return super().reducer_override(obj)
 
     return Pickler

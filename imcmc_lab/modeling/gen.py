@@ -23,6 +23,7 @@ from ..core.choicemap import ChoiceMap
 from ..core.effects import visit_call
 from . import runtime
 from .families import HELPER_NAME, lower_families, lowering_report
+from .pickling import reduce_by_name
 from .trace import DynamicTrace, Trace
 
 __all__ = ["GenerativeFunction", "DynamicGenFunction", "DynamicTrace", "GenCall", "gen"]
@@ -127,6 +128,10 @@ class DynamicGenFunction(GenerativeFunction):
     def _execute(self, request):
         __tracebackhide__ = True
         return runtime.run_dynamic(self, request)
+
+    def __reduce_ex__(self, protocol):
+        # the module attribute is this wrapper, so pickle's default (fn by name) would refuse
+        return reduce_by_name(self, protocol, super().__reduce_ex__)
 
     def __repr__(self):
         return f"<generative function {self.name}>"

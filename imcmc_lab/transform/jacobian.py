@@ -39,6 +39,9 @@ class Coordinate(tuple):
     def __new__(cls, trace, address, index=None):
         return tuple.__new__(cls, (trace, address, index))
 
+    def __getnewargs__(self):
+        return tuple(self)
+
     @property
     def trace(self):
         return self[0]
@@ -79,6 +82,9 @@ class CoordinateGroup(tuple):
         if dist.simplex and size:
             size -= size // value.shape[-1]
         return tuple.__new__(cls, (trace, address, size, True))
+
+    def __reduce__(self):       # __new__ takes (trace, address, dist, value), not the items
+        return _tuple_new, (CoordinateGroup, tuple(self))
 
     @property
     def size(self):

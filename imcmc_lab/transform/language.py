@@ -27,6 +27,7 @@ import threading
 
 from ..core.address import format_address, normalize_address
 from ..errors import TransformError
+from ..modeling.pickling import reduce_by_name
 
 __all__ = ["discrete", "continuous", "read", "exists", "write", "copy", "tcall", "transform", "Transform",
            "AddressRef", "TraceHandle", "pair_bijections", "involution_from_bijections"]
@@ -41,6 +42,10 @@ class Label:
         self.name, self.is_discrete = name, is_discrete
 
     def __repr__(self):
+        return self.name
+
+    def __reduce__(self):
+        # the engine compares labels by identity: a copy must be the module's own object
         return self.name
 
 
@@ -180,6 +185,8 @@ class Transform:
         self.one_trace = one_trace
         self.inverse = None
         self.__doc__ = fn.__doc__
+        self.__module__ = getattr(fn, "__module__", None)
+        self.__qualname__ = getattr(fn, "__qualname__", self.name)
         if autodiff not in ("auto", "torch"):
             raise TransformError(f'autodiff is "auto" or "torch", got {autodiff!r}')
         self.autodiff = autodiff
@@ -196,6 +203,10 @@ class Transform:
             return self.fn(model_in, aux_in, model_out, aux_out, *args)
         finally:
             _local.handles = saved
+
+    def __reduce_ex__(self, protocol):
+        # the module attribute is this wrapper, so pickle's default (fn by name) would refuse
+        return reduce_by_name(self, protocol, super().__reduce_ex__)
 
     def __call__(self, *args, **kwargs):
         raise TransformError(
