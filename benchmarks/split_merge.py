@@ -151,8 +151,13 @@ class NoIncremental:
 
         def full_update(trace, constraints, args=None, *, strict=True):
             choices = dict(trace.get_choices().items())
-            choices.update(dict(constraints))
-            result = trace.gen_fn.generate_detailed(trace.args, choices, strict=strict)
+            constraints = dict(il.as_choicemap(constraints).items())
+            choices.update(constraints)
+            # old choices the new trace no longer visits are dropped, as update drops them;
+            # only an unvisited constraint is the caller's error
+            result = trace.gen_fn.generate_detailed(trace.args, choices, strict=False)
+            if strict and any(a in constraints for a in result.unvisited):
+                raise il.ConstraintError("a constraint the new trace does not visit")
             result.weight = result.trace.score - trace.score
             return result
 
