@@ -112,6 +112,17 @@ def test_run_sh_lab_opens_the_quickstart_and_hides_the_build_sources(browser):
     assert "quickstart.ipynb" in names and "_build" not in names, names
 
 
+def _accept_kernel_dialog(page, timeout=5_000):
+    """Notebook 7 sometimes asks which kernel to start (a fresh environment, a slow start):
+    choose the preselected Python 3 kernel, as a user would."""
+    select = page.locator(".jp-Dialog").get_by_role("button", name="Select")
+    try:
+        select.wait_for(state="visible", timeout=timeout)
+    except Exception:
+        return
+    select.click()
+
+
 def test_quickstart_runs_in_notebook_7_and_shows_a_widget(browser, tmp_path):
     pytest.importorskip("notebook", minversion="7")
     # a copy, so that Notebook's autosave never writes outputs into the gallery
@@ -131,8 +142,10 @@ def test_quickstart_runs_in_notebook_7_and_shows_a_widget(browser, tmp_path):
         page.goto(f"http://127.0.0.1:{port}/notebooks/quickstart.ipynb", timeout=120_000)
         page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+        _accept_kernel_dialog(page)
         page.get_by_role("menuitem", name="Run").first.click()
         page.get_by_role("menuitem", name="Run All Cells").first.click()
+        _accept_kernel_dialog(page)
         widget = page.locator(".jupyter-widgets svg.imcmc-schematic, .jupyter-widgets .widget-play").first
         try:
             widget.wait_for(state="attached", timeout=240_000)
