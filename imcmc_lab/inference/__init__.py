@@ -5,3 +5,4 @@ from .chains import Chain, recorder, run_chain
 from .hmc import HMC, hmc
 from .kernels import Kernel, as_kernel, cycle, mixture, repeat
 from .mh import MH, mh
+from .nphmc import NPHMC, NPRecord, check_nphmc, nphmc
