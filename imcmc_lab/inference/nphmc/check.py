@@ -47,6 +47,13 @@ def run_back(trace, observations, forward, selection, discontinuous, n_steps, to
     return f"the trajectory does not return at {len(differ)} coordinate(s): {shown}{more}"
 
 
+def _draw(model, args, observations, selection, max_latent):
+    while True:
+        trace, _ = model.generate(args, observations or {})
+        if sum(a in selection for a in trace.flat_records()) <= max_latent:
+            return trace
+
+
 class NPCheckReport:
     """``trials`` run, ``failures`` as ``(trial, sentence)``, ``extensions`` and
     ``extensions_in_sweep`` (coordinates instantiated mid-trajectory / mid-sweep),
@@ -65,17 +72,20 @@ class NPCheckReport:
                 f"({self.extensions_in_sweep} mid-sweep), {self.left_support} left the support>")
 
 
-def check_nphmc(model, args, observations, kernel, trials=100, raise_on_failure=True, tol=1e-7):
+def check_nphmc(model, args, observations, kernel, trials=100, raise_on_failure=True, tol=1e-7,
+                max_latent=50):
     """Run ``trials`` trajectories of ``kernel`` (an :class:`~.kernel.NPHMC`) forward and back
     from states ``model.generate(args, observations)``, in both directions; an
     :class:`~imcmc_lab.errors.InvolutionCheckError` naming the addresses of any state that does
-    not return (or, with ``raise_on_failure=False``, the report)."""
+    not return (or, with ``raise_on_failure=False``, the report). A drawn state with more
+    than ``max_latent`` latent choices is drawn again (a random walk's prior has a heavy
+    tail of very long runs; each costs a sweep per step)."""
     report = NPCheckReport()
     n_steps = kernel.n_steps * (kernel.lookahead + 1)
     saved = kernel.momentum, kernel.direction
     try:
         for trial in range(trials):
-            trace, _ = model.generate(args, observations or {})
+            trace = _draw(model, args, observations, kernel.selection, max_latent)
             kernel.momentum, kernel.direction = {}, 1 if trial % 2 == 0 else -1
             forward = kernel.start(trace)
             obs = {a: r.value for a, r in trace.flat_records().items() if a not in kernel.selection}

@@ -31,7 +31,7 @@ from ...modeling.trace import ChoiceRecord
 from ...modeling.tracer import Assess, AssessFailure, describe_line
 
 __all__ = ["Trajectory", "Evaluation", "evaluate", "sort_key", "laplace_to_gauss", "gauss_to_laplace",
-           "kinetic", "redraw_in_interval"]
+           "kinetic", "redraw_in_interval", "no_map_error"]
 
 _LOG2 = math.log(2.0)
 
@@ -149,6 +149,14 @@ class Trajectory:
 # ---------------------------------------------------------------------------
 # running the program in reference coordinates
 # ---------------------------------------------------------------------------
+def no_map_error(address, dist, exc, where=""):
+    """The error for a latent choice whose distribution has no reference-coordinate map."""
+    return ImcmcError(
+        f"NPHMC: the latent choice at {format_address(address)}{where} is {dist!r}, and {exc}. Use a "
+        f"distribution with a map (normal, uniform, exponential, lognormal, beta(1, b), bernoulli, "
+        f"categorical, uniform_discrete, poisson, geometric) or leave the address out of the selection.")
+
+
 class Evaluation:
     """One run of the program at the trajectory's current coordinates."""
 
@@ -195,11 +203,7 @@ class _Run:
                 value = dist.from_reference(z)
                 value = value if isinstance(value, torch.Tensor) else torch.tensor(value, dtype=DTYPE)
         except NoReferenceMap as exc:
-            raise ImcmcError(
-                f"NPHMC: the latent choice at {format_address(address)} ({describe_line(line)}) is {dist!r}, "
-                f"and {exc}. Use a distribution with a map (normal, uniform, exponential, lognormal, "
-                f"beta(1, b), bernoulli, categorical, uniform_discrete, poisson, geometric) or leave the "
-                f"address out of the selection.") from None
+            raise no_map_error(address, dist, exc, f" ({describe_line(line)})") from None
         self.values[address] = value
         return value
 

@@ -20,7 +20,8 @@ import torch
 from ...core.choicemap import as_selection
 from ...core.values import DTYPE
 from ..kernels import Kernel
-from .coordinates import (Trajectory, draw_momentum, gauss_to_laplace, laplace_to_gauss,
+from ...core.distributions.reference import NoReferenceMap
+from .coordinates import (Trajectory, draw_momentum, gauss_to_laplace, laplace_to_gauss, no_map_error,
                           redraw_in_interval)
 from .check import run_back
 from .integrator import Integrator
@@ -107,10 +108,11 @@ class NPHMC(Kernel):
                 continue
             dist, value = record.dist, record.value
             disc = dist.discrete or address in self.discontinuous
-            if dist.discrete:
-                z = redraw_in_interval(*dist.reference_interval(value))
-            else:
-                z = float(dist.to_reference(value))
+            try:
+                z = (redraw_in_interval(*dist.reference_interval(value)) if dist.discrete
+                     else float(dist.to_reference(value)))
+            except NoReferenceMap as exc:
+                raise no_map_error(address, dist, exc) from None
             old = self.momentum.get(address)
             p = draw_momentum(disc) if old is None or old[1] != disc else _refresh(old[0], disc, self.persistence)
             traj.add(address, z, p, disc)
