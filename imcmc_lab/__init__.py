@@ -19,6 +19,7 @@ from .transform import (Transform, apply_transform, check_involution, continuous
 from .inference import (HMC, MH, Chain, InvolutiveKernel, Kernel, MoveRecord, cycle, hmc,
                         involutive_mcmc, involutive_move, mh, mixture, repeat, run_chain)
 from .inference.distributed import ChainsFailed, run_chains
+from .inference.nphmc import NPHMC, check_nphmc, nphmc
 from .inference.smc import PG, PGAS, ParticleFilter, ParticleState, Steps, resample, smc
 from .inference.stationarity import StationarityResult, check_stationarity
 from .modeling.runtime import differentiable_score

@@ -51,3 +51,21 @@ def test_the_reference_answers_read_the_shipped_data():
     assert len(coal.load_event_days()) == 191
     goals = soccer.load_goals()
     assert (len(goals), sum(goals)) == (1140, 2877)
+
+
+def test_every_package_of_the_source_tree_is_installed():
+    """A non-editable install (a wheel, Binder) ships only the packages pyproject lists."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    folders = {"imcmc_lab": ROOT / "imcmc_lab", "imcmc_lab.magics": ROOT / "magics",
+               "imcmc_lab.widgets": ROOT / "widgets"}
+    found = set()
+    for package, folder in folders.items():
+        for init in folder.rglob("__init__.py"):
+            parts = init.parent.relative_to(folder).parts
+            if package == "imcmc_lab" and parts and parts[0] in ("magics", "widgets"):
+                continue
+            found.add(".".join((package, *parts)))
+    assert found <= listed, f"packages missing from pyproject.toml: {sorted(found - listed)}"

@@ -10,6 +10,7 @@ import torch
 from ..effects import visit_choice
 from ..values import DTYPE, as_real, format_value, values_equal
 from ._arith import NEG_INF, scalar
+from .reference import NoReferenceMap
 
 __all__ = ["Distribution", "as_param", "as_integer_param", "where_support", "is_integer_valued", "simplex_float64"]
 
@@ -169,6 +170,20 @@ class Distribution:
         """``None`` if the parameters agree with each other, else a sentence saying how they
         do not (e.g. ``lo < hi``). Called after each parameter passed its constraint."""
         return None
+
+    # -- optional: the N(0, 1) reference coordinate (nonparametric HMC, see reference.py) --
+    def from_reference(self, z):
+        """The value ``F⁻¹(Φ(z))`` of reference coordinate ``z`` (continuous: a differentiable
+        tensor, so autograd gives ``dv/dz``; discrete: an ``int``)."""
+        raise NoReferenceMap(f"{self.name} has no map from the N(0, 1) reference coordinate")
+
+    def to_reference(self, value):
+        """Continuous: the coordinate ``Φ⁻¹(F(value))`` of ``value`` (inverse of :meth:`from_reference`)."""
+        raise NoReferenceMap(f"{self.name} has no map to the N(0, 1) reference coordinate")
+
+    def reference_interval(self, value):
+        """Discrete: ``(z_lo, z_hi)``, the coordinates ``z_lo < z <= z_hi`` that map to ``value``."""
+        raise NoReferenceMap(f"{self.name} has no map to the N(0, 1) reference coordinate")
 
     # -- shared ---------------------------------------------------------
     def check_params(self):

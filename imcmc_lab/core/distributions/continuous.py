@@ -12,6 +12,7 @@ from . import constraints
 from ._arith import (BELOW_ONE, HUGE, LOG_2PI, NEG_INF, TINY, all_positive_finite, plain_scalars, scalar,
                      short_vector)
 from .base import Distribution, as_param, simplex_float64, where_support
+from .reference import NoReferenceMap
 
 __all__ = ["Normal", "Gamma", "InvGamma", "Beta", "Uniform", "Exponential", "LogNormal", "Dirichlet", "MvNormal",
            "normal", "gamma", "inv_gamma", "beta", "uniform", "exponential", "lognormal", "dirichlet", "mvnormal"]
@@ -36,6 +37,14 @@ class Normal(Distribution):
         # Distribution.__init__ inlined: a model builds one per choice on every run
         self.raw_args, self.event_shape = (mean, std), ()
         self.mean, self.std = as_param(mean), as_param(std)
+
+    def from_reference(self, z):
+        if type(z) is float and plain_scalars(self.mean, self.std):     # no autograd: Python arithmetic
+            return scalar(self.mean.item() + self.std.item() * z)
+        return self.mean + self.std * z
+
+    def to_reference(self, value):
+        return (value - self.mean) / self.std
 
     def sample(self):
         z = torch.randn((), dtype=DTYPE)
@@ -139,6 +148,21 @@ class Beta(Distribution):
         super().__init__(a, b)
         self.a, self.b = as_param(a), as_param(b)
 
+    def from_reference(self, z):
+        """Closed form where one parameter is 1 (stick-breaking's beta(1, a)); else no map."""
+        if bool(self.a == 1):          # F(x) = 1 - (1 - x)^b
+            return -torch.expm1(torch.special.log_ndtr(-z) / self.b)
+        if bool(self.b == 1):          # F(x) = x^a
+            return torch.exp(torch.special.log_ndtr(z) / self.a)
+        raise NoReferenceMap("beta has an N(0, 1) reference map only when a == 1 or b == 1")
+
+    def to_reference(self, value):
+        if bool(self.a == 1):
+            return -torch.special.ndtri(torch.exp(self.b * torch.log1p(-value)))
+        if bool(self.b == 1):
+            return torch.special.ndtri(torch.exp(self.a * torch.log(value)))
+        raise NoReferenceMap("beta has an N(0, 1) reference map only when a == 1 or b == 1")
+
     def sample(self):
         a, b = self.a, self.b
         if plain_scalars(a, b) and a.item() >= 1 and b.item() >= 1:
@@ -186,6 +210,15 @@ class Uniform(Distribution):
             return f"needs lo < hi, got lo={self.lo.item()}, hi={self.hi.item()}"
         return None
 
+    def from_reference(self, z):
+        if type(z) is float and plain_scalars(self.lo, self.hi):       # no autograd: Python arithmetic
+            lo = self.lo.item()
+            return scalar(lo + (self.hi.item() - lo) * 0.5 * math.erfc(-z / math.sqrt(2.0)))
+        return self.lo + (self.hi - self.lo) * torch.special.ndtr(z)
+
+    def to_reference(self, value):
+        return torch.special.ndtri((value - self.lo) / (self.hi - self.lo))
+
     def sample(self):
         return self.lo + (self.hi - self.lo) * torch.rand((), dtype=DTYPE)
 
@@ -209,6 +242,12 @@ class Exponential(Distribution):
         super().__init__(rate)
         self.rate = as_param(rate)
 
+    def from_reference(self, z):
+        return -torch.special.log_ndtr(-z) / self.rate       # -log(1 - Φ(z)) / rate, exact in the tail
+
+    def to_reference(self, value):
+        return -torch.special.ndtri(torch.exp(-self.rate * value))
+
     def sample(self):
         return (-torch.log1p(-torch.rand((), dtype=DTYPE)) / self.rate).clamp(max=HUGE)
 
@@ -227,6 +266,12 @@ class LogNormal(Distribution):
     def __init__(self, mu, sigma):
         super().__init__(mu, sigma)
         self.mu, self.sigma = as_param(mu), as_param(sigma)
+
+    def from_reference(self, z):
+        return torch.exp(self.mu + self.sigma * z)
+
+    def to_reference(self, value):
+        return (torch.log(value) - self.mu) / self.sigma
 
     def sample(self):
         return _positive_finite(torch.exp(self.mu + self.sigma * torch.randn((), dtype=DTYPE)))

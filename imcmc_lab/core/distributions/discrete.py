@@ -10,13 +10,14 @@ from ..values import DTYPE
 from . import constraints
 from ._arith import NEG_INF
 from .base import Distribution, as_integer_param, as_param, is_integer_valued, where_support
+from .reference import DiscreteReference
 
 __all__ = ["Bernoulli", "UniformDiscrete", "Categorical", "Poisson", "PoissonPlusOne", "Geometric", "NegBinomial",
            "bernoulli", "uniform_discrete", "categorical", "poisson", "poisson_plus_one", "geometric",
            "neg_binomial"]
 
 
-class Bernoulli(Distribution):
+class Bernoulli(DiscreteReference, Distribution):
     """Bernoulli(p): values ``True`` (probability p) and ``False``."""
 
     discrete = True
@@ -34,6 +35,17 @@ class Bernoulli(Distribution):
             return value
         value = super().coerce(value)
         return bool(value) if value in (0, 1) else value
+
+    def _cdf_sf(self, k):
+        if k < 0:
+            return 0.0, 1.0
+        return (1.0 - self.p.item(), self.p.item()) if k == 0 else (1.0, 0.0)
+
+    def _reference_guess(self, z):
+        return 0
+
+    def from_reference(self, z):
+        return bool(DiscreteReference.from_reference(self, z))
 
     def sample(self):
         return torch.rand((), dtype=DTYPE).item() < self.p.item()
@@ -55,7 +67,7 @@ class Bernoulli(Distribution):
         return where_support(ok, lp)
 
 
-class UniformDiscrete(Distribution):
+class UniformDiscrete(DiscreteReference, Distribution):
     """Uniform on the integers ``lo, lo+1, ..., hi`` (both ends included)."""
 
     discrete = True
@@ -71,6 +83,14 @@ class UniformDiscrete(Distribution):
         if self.lo > self.hi:
             return f"needs lo <= hi, got lo={self.lo}, hi={self.hi}"
         return None
+
+    def _cdf_sf(self, k):
+        n = self.hi - self.lo + 1
+        below = min(max(k - self.lo + 1, 0), n)
+        return below / n, (n - below) / n
+
+    def _reference_guess(self, z):
+        return self.lo
 
     def sample(self):
         return torch.randint(self.lo, self.hi + 1, ()).item()
@@ -91,7 +111,7 @@ class UniformDiscrete(Distribution):
         return where_support(ok, torch.full_like(x, -math.log(self.hi - self.lo + 1)))
 
 
-class Categorical(Distribution):
+class Categorical(DiscreteReference, Distribution):
     """Categorical(probs): values ``0, ..., len(probs) - 1`` (0-based, like Python)."""
 
     discrete = True
@@ -102,6 +122,14 @@ class Categorical(Distribution):
     def __init__(self, probs):
         super().__init__(probs)
         self.probs = as_param(probs)
+
+    def _cdf_sf(self, k):
+        probs = self.probs.tolist()
+        k = min(k, len(probs) - 1)
+        return (sum(probs[:k + 1]), sum(probs[k + 1:])) if k >= 0 else (0.0, 1.0)
+
+    def _reference_guess(self, z):
+        return 0
 
     def sample(self):
         return int(torch.multinomial(self.probs, 1))
@@ -117,7 +145,7 @@ class Categorical(Distribution):
         return where_support(ok, torch.log(self.probs)[idx])
 
 
-class Poisson(Distribution):
+class Poisson(DiscreteReference, Distribution):
     """Poisson(rate) on ``shift, shift + 1, ...`` (``shift`` 0 by default)."""
 
     discrete = True
@@ -129,6 +157,17 @@ class Poisson(Distribution):
         super().__init__(rate)
         self.rate = as_param(rate)
         self.shift = shift
+
+    def _cdf_sf(self, k):
+        k -= self.shift
+        if k < 0:
+            return 0.0, 1.0
+        a = torch.tensor(k + 1.0, dtype=DTYPE)     # P(N <= k) = Q(k + 1, rate)
+        return float(torch.special.gammaincc(a, self.rate)), float(torch.special.gammainc(a, self.rate))
+
+    def _reference_guess(self, z):
+        r = self.rate.item()
+        return self.shift + max(0, int(r + z * math.sqrt(r)))
 
     def sample(self):
         return int(torch.poisson(self.rate).item()) + self.shift
@@ -174,7 +213,7 @@ def _failures_log_prob(x, log_success_term, lp_of):
     return where_support(ok, log_success_term + lp_of(torch.where(ok, x, torch.zeros_like(x))))
 
 
-class Geometric(Distribution):
+class Geometric(DiscreteReference, Distribution):
     """Number of failures before the first success: ``P(x) = p (1-p)^x``, ``x = 0, 1, ...``."""
 
     discrete = True
@@ -185,6 +224,18 @@ class Geometric(Distribution):
     def __init__(self, p):
         super().__init__(p)
         self.p = as_param(p)
+
+    def _cdf_sf(self, k):
+        if k < 0:
+            return 0.0, 1.0
+        sf = math.exp((k + 1) * math.log1p(-self.p.item())) if self.p.item() < 1 else 0.0
+        return 1.0 - sf, sf
+
+    def _reference_guess(self, z):
+        if self.p.item() >= 1:
+            return 0
+        log_sf = float(torch.special.log_ndtr(torch.tensor(-z, dtype=DTYPE)))   # log(1 - Φ(z))
+        return max(0, int(log_sf / math.log1p(-self.p.item())) - 1)
 
     def sample(self):
         u = torch.rand((), dtype=DTYPE)

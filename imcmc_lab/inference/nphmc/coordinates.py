@@ -1,0 +1,269 @@
+"""Reference coordinates of a nonparametric HMC trajectory, and running the program in them.
+
+Every latent scalar choice ``a`` (an address of the kernel's selection) has a coordinate
+``z_a`` with reference measure N(0, 1) and value ``v_a = F_a⁻¹(Φ(z_a))`` (see
+:mod:`imcmc_lab.core.distributions.reference`). The potential energy is
+
+    U(z) = -log L(v(z)) + ½ Σ z_a²       (sum over every *instantiated* coordinate)
+
+where ``L`` holds the densities of the choices that are not latent (observations): the
+latent prior densities are expressed by the map. A coordinate the program does not use
+is a harmonic oscillator; so is one that is not instantiated yet, which is why an
+extension is drawn at time 0 and *replayed* through every operation of the trajectory so
+far (:meth:`Trajectory.extend`): the trajectory then is the one it would have been had
+that coordinate been drawn at the start, and the move is an exact involution.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import torch
+
+from ...core.address import format_address
+from ...core.distributions.reference import NoReferenceMap, ndtr, ndtri
+from ...core.values import DTYPE
+from ...errors import ImcmcError
+from ...modeling.execution import Execution
+from ...modeling.gen import DynamicGenFunction
+from ...modeling.trace import ChoiceRecord
+from ...modeling.tracer import Assess, AssessFailure, describe_line
+
+__all__ = ["Trajectory", "Evaluation", "evaluate", "sort_key", "laplace_to_gauss", "gauss_to_laplace",
+           "kinetic", "redraw_in_interval", "no_map_error"]
+
+_LOG2 = math.log(2.0)
+
+
+def sort_key(address):
+    """The canonical order of addresses (the discontinuous sweep's order)."""
+    return tuple((type(k) is int, k) for k in address)
+
+
+# ---------------------------------------------------------------------------
+# momenta: Gaussian (continuous coordinates) and Laplace (discontinuous ones)
+# ---------------------------------------------------------------------------
+def kinetic(p: float, discontinuous: bool) -> float:
+    return abs(p) if discontinuous else 0.5 * p * p
+
+
+def draw_momentum(discontinuous: bool) -> float:
+    g = float(torch.randn((), dtype=DTYPE))
+    return gauss_to_laplace(g) if discontinuous else g
+
+
+def laplace_to_gauss(p: float) -> float:
+    """``Φ⁻¹(F_Laplace(p))``: the Gaussian copula coordinate of a Laplace(0, 1) momentum."""
+    return -ndtri(0.5 * math.exp(-p)) if p >= 0 else ndtri(0.5 * math.exp(p))
+
+
+def gauss_to_laplace(g: float) -> float:
+    """``F_Laplace⁻¹(Φ(g))``, computed from the tail that keeps its precision."""
+    log_tail = float(torch.special.log_ndtr(torch.tensor(-abs(g), dtype=DTYPE)))
+    return math.copysign(-(_LOG2 + log_tail), g)
+
+
+def redraw_in_interval(lo: float, hi: float) -> float:
+    """``z ~ N(0, 1)`` restricted to ``lo < z <= hi`` (``Φ(z)`` uniform on the interval)."""
+    u = float(torch.rand((), dtype=DTYPE))
+    if lo > 0:         # the upper tail: draw in the survival function, where the precision is
+        s_hi, s_lo = ndtr(-lo), ndtr(-hi)
+        return -ndtri(s_lo + u * (s_hi - s_lo))
+    c_lo, c_hi = ndtr(lo), ndtr(hi)
+    z = ndtri(c_lo + u * (c_hi - c_lo))
+    return min(max(z, math.nextafter(lo, math.inf)), hi)
+
+
+# ---------------------------------------------------------------------------
+# the trajectory's coordinates and the record of its operations
+# ---------------------------------------------------------------------------
+class Trajectory:
+    """Coordinates ``z``, momenta ``p`` (and their time-0 values) of one iteration, and the
+    operations applied so far, so that an extension can be replayed through them.
+
+    ``ops`` lists the continuous operations in order (``("kick", c)``: ``p -= c ∂U/∂z``;
+    ``("drift", c)``: ``z += c p``); ``sweeps`` counts the completed sweeps over the
+    discontinuous coordinates; ``cursor`` is the sort key of the coordinate being swept
+    (``None`` between sweeps)."""
+
+    def __init__(self, step_size: float, direction: int):
+        self.step_size, self.direction = step_size, direction
+        self.z, self.p, self.z0, self.p0, self.disc = {}, {}, {}, {}, {}
+        self.ops, self.sweeps, self.cursor = [], 0, None
+        self.extended = []          # addresses instantiated after time 0, in order
+        self.extended_in_sweep = 0  # how many of them in the middle of a sweep
+
+    def add(self, address, z, p, discontinuous):
+        """A coordinate present at time 0 (from the current trace)."""
+        self.z[address] = self.z0[address] = z
+        self.p[address] = self.p0[address] = p
+        self.disc[address] = discontinuous
+
+    def extend(self, address, discontinuous):
+        """Instantiate ``address`` mid-trajectory: draw ``(z, p)`` at time 0 from the reference
+        and replay the coordinate's own dynamics through every operation so far."""
+        z0, p0 = float(torch.randn((), dtype=DTYPE)), draw_momentum(discontinuous)
+        self.z0[address], self.p0[address], self.disc[address] = z0, p0, discontinuous
+        self.z[address], self.p[address] = self._extend_state(address, z0, p0, discontinuous)
+        self.extended.append(address)
+        self.extended_in_sweep += self.cursor is not None
+
+    def _extend_state(self, address, z, p, discontinuous):
+        if not discontinuous:
+            for op, c in self.ops:
+                if op == "kick":
+                    p -= c * z          # ∂U/∂z = z: the program does not use the coordinate
+                else:
+                    z += c * p
+            return z, p
+        sweeps = self.sweeps + (self.cursor is not None and self.precedes(sort_key(address), self.cursor))
+        for _ in range(sweeps):
+            z, p = self.harmonic_update(z, p)
+        return z, p
+
+    def precedes(self, key, other) -> bool:
+        """Whether ``key`` comes before ``other`` in this trajectory's sweep direction."""
+        return key < other if self.direction > 0 else key > other
+
+    def harmonic_update(self, z, p):
+        """One coordinate-wise (Laplace momentum) update of an unused coordinate: U = ½ z²."""
+        step = math.copysign(self.step_size, p)
+        delta = 0.5 * ((z + step) ** 2 - z * z)
+        if abs(p) > delta:
+            return z + step, p - math.copysign(1.0, p) * delta
+        return z, -p
+
+    def continuous(self):
+        return [a for a, d in self.disc.items() if not d]
+
+    def energy(self, at_start: bool, loglik: float, addresses=None):
+        """``(U, K)`` of the coordinates ``addresses`` (default: all) at time 0 or now:
+        ``U = -loglik + ½ Σ z²``, ``K = Σ kinetic(p)``."""
+        z, p = (self.z0, self.p0) if at_start else (self.z, self.p)
+        addresses = self.disc if addresses is None else addresses
+        prior = 0.5 * sum(z[a] * z[a] for a in addresses)
+        return -loglik + prior, sum(kinetic(p[a], self.disc[a]) for a in addresses), prior
+
+
+# ---------------------------------------------------------------------------
+# running the program in reference coordinates
+# ---------------------------------------------------------------------------
+def no_map_error(address, dist, exc, where=""):
+    """The error for a latent choice whose distribution has no reference-coordinate map."""
+    return ImcmcError(
+        f"NPHMC: the latent choice at {format_address(address)}{where} is {dist!r}, and {exc}. Use a "
+        f"distribution with a map (normal, uniform, exponential, lognormal, beta(1, b), bernoulli, "
+        f"categorical, uniform_discrete, poisson, geometric) or leave the address out of the selection.")
+
+
+class Evaluation:
+    """One run of the program at the trajectory's current coordinates."""
+
+    __slots__ = ("loglik", "values", "grads")
+
+    def __init__(self, loglik, values, grads):
+        self.loglik, self.values, self.grads = loglik, values, grads
+
+    @property
+    def used(self):
+        return list(self.values)
+
+
+class _Run:
+    __slots__ = ("trajectory", "selection", "discontinuous", "need_grad", "prefix", "leaves", "values")
+
+    def __init__(self, trajectory, selection, discontinuous, need_grad):
+        self.trajectory, self.selection, self.discontinuous = trajectory, selection, discontinuous
+        self.need_grad, self.prefix, self.leaves, self.values = need_grad, (), {}, {}
+
+    def value(self, address, dist, line):
+        """The value of latent ``address`` at the current coordinate (extending if needed)."""
+        if dist.event_shape != () and not dist.discrete:
+            raise ImcmcError(f"NPHMC moves scalar choices; {format_address(address)} ({describe_line(line)}) "
+                             f"holds a {dist.name} value of shape {tuple(dist.event_shape)}. Write it as "
+                             f"scalar choices, or leave it out of the selection.")
+        traj = self.trajectory
+        disc = dist.discrete or address in self.discontinuous
+        if address not in traj.disc:
+            traj.extend(address, disc)
+        elif traj.disc[address] != disc:
+            raise ImcmcError(f"NPHMC: the coordinate {format_address(address)} ({describe_line(line)}) was "
+                             f"{'discontinuous' if traj.disc[address] else 'continuous'} earlier in the "
+                             f"trajectory and is now {dist!r}; list it in `discontinuous=` so that it is "
+                             f"discontinuous in every branch.")
+        z = traj.z[address]
+        try:
+            if dist.discrete:
+                value = dist.from_reference(z)
+            elif self.need_grad and not disc:
+                leaf = self.leaves[address] = torch.tensor(z, dtype=DTYPE, requires_grad=True)
+                value = dist.from_reference(leaf)
+            else:       # a float: distributions may take a fast path outside autograd
+                value = dist.from_reference(z)
+                value = value if isinstance(value, torch.Tensor) else torch.tensor(value, dtype=DTYPE)
+        except NoReferenceMap as exc:
+            raise no_map_error(address, dist, exc, f" ({describe_line(line)})") from None
+        self.values[address] = value
+        return value
+
+
+_active = threading.local()
+
+
+class _CoordinateAssess(Assess):
+    """Assess whose latent choices take their values from the trajectory's coordinates;
+    every other choice is given (an observation) and scored into the weight."""
+
+    __slots__ = ()
+
+    def choice(self, address, dist, line):
+        run = _active.run
+        full = run.prefix + address
+        if full not in run.selection:
+            return Assess.choice(self, address, dist, line)
+        self._claim(address, line, "random choice")
+        self._validate(dist, full, line, may_be_impossible=True)
+        value = run.value(full, dist, line)
+        self.records[address] = ChoiceRecord(dist, value, 0.0)
+        return value
+
+    def call(self, address, gen_fn, args, line):
+        run = _active.run
+        if not isinstance(gen_fn, DynamicGenFunction):
+            raise ImcmcError(f"NPHMC runs programs whose sub-calls are @gen functions; the call at "
+                             f"{format_address(run.prefix + address)} ({describe_line(line)}) is {gen_fn!r}.")
+        saved, run.prefix = run.prefix, run.prefix + address
+        try:
+            return Assess.call(self, address, gen_fn, args, line)
+        finally:
+            run.prefix = saved
+
+
+def evaluate(trace, observations, trajectory, selection, discontinuous, need_grad=False) -> Evaluation:
+    """Run ``trace``'s program at the trajectory's coordinates: the log-likelihood of the
+    given choices ``observations`` (``-inf`` if the program does not visit every one of
+    them), the latent values used, and (``need_grad``) ``∂ loglik / ∂ z`` of the continuous ones."""
+    run = _Run(trajectory, selection, discontinuous, need_grad)
+    terms = [] if need_grad else None
+    saved, _active.run = getattr(_active, "run", None), run
+    try:
+        with torch.set_grad_enabled(need_grad):
+            result = trace.gen_fn._execute(Execution(_CoordinateAssess, trace.args, None, observations or None,
+                                                     None, terms))
+    except AssessFailure as exc:
+        raise ImcmcError(f"NPHMC: at a state of the trajectory the program needs the choice "
+                         f"{format_address(exc.args[0])}, which is neither selected (latent) nor given "
+                         f"in the trace. Add it to the selection.") from None
+    finally:
+        _active.run = saved
+    loglik = result.weight if result.n_used == len(observations) else -math.inf
+    grads = {}
+    if need_grad and run.leaves and terms and math.isfinite(loglik):
+        leaves = list(run.leaves)
+        total = torch.stack([t.reshape(()) for t in terms]).sum()
+        if total.requires_grad:
+            found = torch.autograd.grad(total, [run.leaves[a] for a in leaves], allow_unused=True)
+            grads = {a: float(g) for a, g in zip(leaves, found) if g is not None}
+    values = {a: (v.detach() if isinstance(v, torch.Tensor) else v) for a, v in run.values.items()}
+    return Evaluation(loglik, values, grads)

@@ -1,0 +1,181 @@
+"""The NP-HMC / NP-DHMC kernel: persistent momenta and direction, look-ahead, a record per move.
+
+One move (thesis "Nonparametric Involutive MCMC", Ch. 7, with the extension rule of
+:mod:`.coordinates`): the trace's latent values become reference coordinates (a discrete
+choice's coordinate is redrawn within the interval that maps to its value), momenta are
+refreshed (``p <- ρp + αξ``, ``ρ = √(1-α²)``; Laplace momenta through a Gaussian copula so
+they stay exactly Laplace), then blocks of ``n_steps`` steps are run; after block ``j``
+the move is accepted if ``u < exp(H_0 - H_j)`` for the one uniform ``u`` of the move (the
+look-ahead of Sohl-Dickstein et al.: up to ``lookahead`` extra blocks). On acceptance the
+state keeps the coordinates the final run used and their momenta; on rejection the
+momenta are negated and the direction bit flips.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...core.choicemap import as_selection
+from ...core.values import DTYPE
+from ..kernels import Kernel
+from ...core.distributions.reference import NoReferenceMap
+from .coordinates import (Trajectory, draw_momentum, gauss_to_laplace, laplace_to_gauss, no_map_error,
+                          redraw_in_interval)
+from .check import run_back
+from .integrator import Integrator
+
+__all__ = ["NPHMC", "nphmc", "NPRecord"]
+
+
+class NPRecord:
+    """What one NP-HMC move did (for views and tests).
+
+    ``energy``: ``{"loglik", "prior", "kinetic"}`` each as ``(start, end)`` over the
+    instantiated coordinates (``prior`` is ½Σz²); ``log_alpha``; ``accepted``; ``block``
+    (1-based look-ahead block that was accepted, ``None`` if rejected); ``dim_before`` /
+    ``dim_after`` (latent choices used); ``instantiated`` and ``used`` addresses;
+    ``trajectory``: one ``{address: z}`` per step (step 0 is the start) with ``used`` per step;
+    ``gradient_evaluations``; ``reason`` why a move was rejected early, if it was."""
+
+    def __init__(self):
+        self.energy, self.log_alpha, self.accepted, self.block = {}, -math.inf, False, None
+        self.dim_before = self.dim_after = 0
+        self.instantiated, self.used, self.trajectory, self.used_per_step = [], [], [], []
+        self.gradient_evaluations, self.evaluations, self.reason = 0, 0, None
+
+    def __repr__(self):
+        return (f"<NPRecord accepted={self.accepted} block={self.block} dim {self.dim_before}->"
+                f"{self.dim_after} log_alpha={self.log_alpha:.4g}>")
+
+
+def _observations(trace, selection):
+    return {a: r.value for a, r in trace.flat_records().items() if a not in selection}
+
+
+def _refresh(p, discontinuous, alpha):
+    """Partial momentum refresh that keeps N(0, 1) (or Laplace(0, 1)) exactly."""
+    if alpha >= 1.0:
+        return draw_momentum(discontinuous)
+    rho, xi = math.sqrt(1.0 - alpha * alpha), float(torch.randn((), dtype=DTYPE))
+    if not discontinuous:
+        return rho * p + alpha * xi
+    return gauss_to_laplace(rho * laplace_to_gauss(p) + alpha * xi)
+
+
+class NPHMC(Kernel):
+    """Nonparametric (discontinuous) HMC on the latent choices ``selection`` names.
+
+    ``selection``: the latent addresses (a namespace selects an unbounded family such as
+    ``("u", i)`` for all ``i``); every other choice of the trace is held fixed (observed).
+    ``discontinuous``: addresses or namespaces of continuous choices to move with Laplace
+    momenta and coordinate-wise updates (every discrete choice always is); ``()`` on a
+    model without discrete choices is plain NP-HMC. ``persistence``: the refresh weight
+    α (1 = fresh momenta each move; smaller keeps momentum and direction, generalised
+    HMC). ``lookahead``: extra blocks of ``n_steps`` to try before rejecting. ``jitter``:
+    the step size is drawn uniformly in ``step_size · (1 ± jitter)`` each move.
+    ``check``: run each trajectory back and reject (with a reason) if it does not return.
+    """
+
+    def __init__(self, selection, step_size=0.1, n_steps=5, *, discontinuous=None, persistence=1.0,
+                 lookahead=0, jitter=0.0, check=False, name=None):
+        super().__init__(name or f"nphmc({selection!r})")
+        if not (0.0 < persistence <= 1.0):
+            raise ValueError(f"NPHMC: persistence is the refresh weight α in (0, 1], got {persistence!r}")
+        if int(lookahead) != lookahead or lookahead < 0 or int(n_steps) != n_steps or n_steps < 1:
+            raise ValueError(f"NPHMC: n_steps must be a positive and lookahead a non-negative integer, "
+                             f"got n_steps={n_steps!r}, lookahead={lookahead!r}")
+        if not step_size > 0 or not 0 <= jitter < 1:
+            raise ValueError(f"NPHMC: step_size must be positive and jitter in [0, 1), got "
+                             f"step_size={step_size!r}, jitter={jitter!r}")
+        self.selection = as_selection(selection)
+        self.discontinuous = as_selection(discontinuous or ())
+        self.step_size, self.n_steps, self.lookahead = float(step_size), int(n_steps), int(lookahead)
+        self.persistence, self.jitter, self.check = float(persistence), float(jitter), check
+        self.momentum, self.direction = {}, 1      # kept between moves
+        self.last_record = None
+
+    # -- the move ------------------------------------------------------------
+    def start(self, trace):
+        """The trajectory at time 0 for ``trace``: coordinates of its latent values, momenta."""
+        eps = self.step_size
+        if self.jitter:
+            eps *= 1.0 + self.jitter * (2.0 * float(torch.rand((), dtype=DTYPE)) - 1.0)
+        traj = Trajectory(eps, self.direction)
+        for address, record in trace.flat_records().items():
+            if address not in self.selection:
+                continue
+            dist, value = record.dist, record.value
+            disc = dist.discrete or address in self.discontinuous
+            try:
+                z = (redraw_in_interval(*dist.reference_interval(value)) if dist.discrete
+                     else float(dist.to_reference(value)))
+            except NoReferenceMap as exc:
+                raise no_map_error(address, dist, exc) from None
+            old = self.momentum.get(address)
+            p = draw_momentum(disc) if old is None or old[1] != disc else _refresh(old[0], disc, self.persistence)
+            traj.add(address, z, p, disc)
+        return traj
+
+    def step(self, trace):
+        record = self.last_record = NPRecord()
+        observations = _observations(trace, self.selection)
+        traj = self.start(trace)
+        integrator = Integrator(trace, observations, traj, self.selection, self.discontinuous)
+        start = integrator.current
+        record.dim_before = len(start.values)
+        record.trajectory.append(dict(traj.z))
+        record.used_per_step.append(start.used)
+        u = float(torch.rand((), dtype=DTYPE))
+        accepted_at = self._blocks(integrator, start, u, record)
+        record.instantiated, record.evaluations = list(traj.disc), integrator.evaluations
+        final = integrator.current
+        if accepted_at is not None and self.check and not self._returns(trace, observations, traj, record):
+            accepted_at = None
+        if accepted_at is not None:
+            new_trace, _, _ = trace.update(final.values)
+            if new_trace.score == -math.inf:        # a value on the boundary of its support
+                accepted_at, record.reason = None, "the proposed trace has log-density -inf"
+        if accepted_at is None:
+            self.momentum = {a: (-traj.p0[a], traj.disc[a]) for a in start.values}
+            self.direction = -self.direction
+            record.dim_after, record.used = record.dim_before, start.used
+            return trace, False
+        self.momentum = {a: (traj.p[a], traj.disc[a]) for a in final.values}
+        record.accepted, record.block = True, accepted_at
+        record.dim_after, record.used = len(final.values), final.used
+        return new_trace, True
+
+    def _blocks(self, integrator, start, u, record):
+        """Run blocks of steps; the 1-based block accepted by ``u``, or ``None``."""
+        traj = integrator.trajectory
+        for block in range(1, self.lookahead + 2):
+            for _ in range(self.n_steps):
+                ok = integrator.step()
+                record.gradient_evaluations += 1
+                record.trajectory.append(dict(traj.z))
+                record.used_per_step.append(integrator.current.used)
+                if not ok:
+                    record.reason = f"the trajectory left the support (block {block})"
+                    return None
+            u0, k0, prior0 = traj.energy(True, start.loglik)
+            u1, k1, prior1 = traj.energy(False, integrator.current.loglik)
+            record.energy = {"loglik": (start.loglik, integrator.current.loglik), "prior": (prior0, prior1),
+                             "kinetic": (k0, k1)}
+            record.log_alpha = (u0 + k0) - (u1 + k1)
+            if math.log(u) < record.log_alpha if u > 0 else True:
+                return block
+        return None
+
+    def _returns(self, trace, observations, traj, record):
+        problem = run_back(trace, observations, traj, self.selection, self.discontinuous,
+                           len(record.trajectory) - 1)
+        if problem:
+            record.reason = problem
+        return problem is None
+
+
+def nphmc(trace, selection, step_size=0.1, n_steps=5, **options):
+    """One NP-HMC move with fresh momenta: ``(new_trace, accepted)`` (see :class:`NPHMC`)."""
+    return NPHMC(selection, step_size, n_steps, **options).step(trace)
