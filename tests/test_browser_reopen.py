@@ -58,11 +58,12 @@ def saved_folder(tmp_path_factory):
 
 @contextmanager
 def _open_in_lab(browser, folder, name, data_dir):
-    """JupyterLab started on ``folder`` (its data folder, where notebook signatures live:
-    ``data_dir``); yields a page showing ``name``, its outputs drawn."""
+    """JupyterLab started on ``folder`` (its data folder, where notebook signatures live, and
+    its workspaces: under ``data_dir``); yields a page showing the notebook, its outputs drawn."""
     port, token = _free_port(), secrets.token_hex(8)
-    command = ([sys.executable, "-m", "jupyterlab", *_jupyter_flags(port, token), f"--ServerApp.root_dir={folder}"]
-               + (["--allow-root"] if os.geteuid() == 0 else []))
+    # (its own workspaces folder: the user's default workspace would reopen this notebook later)
+    command = ([sys.executable, "-m", "jupyterlab", *_jupyter_flags(port, token), f"--ServerApp.root_dir={folder}",
+                f"--LabApp.workspaces_dir={data_dir / 'workspaces'}"] + (["--allow-root"] if os.geteuid() == 0 else []))
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     env = {"JUPYTER_CONFIG_PATH": str(ROOT / "etc" / "jupyter"), "JUPYTER_DATA_DIR": str(data_dir)}
     with server(command, f"reopen-{name}.log", env=env):
