@@ -16,11 +16,23 @@ offline all lack the live widget. So a view displays *two* outputs (see
 the widget. When the widget renders, a ``<style>`` inside it hides the fallback
 (by a class unique to this view); where it does not render, the fallback stays,
 and its own ``<style>`` hides the widget's "Error displaying widget" line.
+
+Untrusted notebooks: JupyterLab sanitises the HTML of a notebook it did not sign
+(one saved by ``nbconvert --execute`` or downloaded): ``<svg>``, ``<style>`` and
+``<script>`` are removed, an ``<svg>``'s text is left behind as loose text, and
+widget outputs show their ``text/html`` or ``text/plain``. ``<img>`` with a
+``data:`` URI and the ``hidden`` attribute survive, so every inline SVG of the
+fallback also comes as an ``<img>`` of the same SVG (:func:`sanitizer_proof`):
+the fallback's ``<style>`` shows the inline SVG and hides the image; where that
+style was removed, the ``hidden`` inline copy (and its loose text) stays hidden
+and the image shows.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import uuid
 
 import ipywidgets as W
@@ -97,7 +109,7 @@ class FramePlayer(W.VBox):
     def static_html(self) -> str:
         """The self-contained fallback: the same frames, switched by inline JavaScript."""
         uid = "imcmc-" + uuid.uuid4().hex[:12]
-        frames = "".join(f"<div class='imcmc-frame' data-frame='{i}'>{f}</div>"
+        frames = "".join(f"<div class='imcmc-frame' data-frame='{i}'>{sanitizer_proof(f)}</div>"
                          for i, f in enumerate(self.frames))
         labels = json.dumps(self.frame_labels).replace("<", "\\u003c").replace(">", "\\u003e")
         play = self.control == "play"
@@ -123,8 +135,8 @@ if(btn) btn.addEventListener('click', function(){{
 }});
 show(0);
 }})();</script>"""
-        return (f"<div id='{uid}' class='imcmc-static {self.static_id}'>{self._header_html}{controls}{frames}"
-                f"{self._footer_html}</div>{fallback_style(self.static_id)}{script}")
+        return (f"<div id='{uid}' class='imcmc-static {self.static_id}'>{sanitizer_proof(self._header_html)}"
+                f"{controls}{frames}{sanitizer_proof(self._footer_html)}</div>{fallback_style(self.static_id)}{script}")
 
 
 def caption(title: str, detail: str = "") -> str:
@@ -151,9 +163,33 @@ def hide_fallback(static_id: str) -> W.HTML:
 def fallback_style(static_id: str) -> str:
     """The fallback's own ``<style>``: the output right after it (the widget) is hidden unless
     the widget really rendered there (JupyterLab's "Error displaying widget: model not found",
-    an export's text/plain repr)."""
+    an export's text/plain repr); the inline SVGs are shown and their image copies hidden
+    (:func:`sanitizer_proof`)."""
     return (f"<style>.jp-OutputArea-child:has(.{static_id}) + .jp-OutputArea-child"
-            f":not(:has(.imcmc-live)){{display:none}}</style>")
+            f":not(:has(.imcmc-live)){{display:none}}"
+            f".{static_id} .imcmc-vector{{display:block!important}}"
+            f".{static_id} .imcmc-raster{{display:none!important}}</style>")
+
+
+# hidden where no style sheet reaches: both forms, as sanitisers keep one or the other (JupyterLab's
+# drops a bare ``hidden``, keeps ``hidden='hidden'`` and inline styles)
+_HIDDEN = "hidden='hidden' style='display:none'"
+_INLINE_SVG = re.compile(r"<svg\b.*?</svg>", re.S)      # the views' SVGs are never nested
+_SVG_TITLE = re.compile(r"<title>(.*?)</title>", re.S)
+
+
+def sanitizer_proof(html: str) -> str:
+    """``html`` with each inline ``<svg>`` kept, ``hidden``, and followed by an ``<img>`` of the
+    same SVG: what survives JupyterLab's sanitiser of untrusted notebooks (module docstring).
+    :func:`fallback_style` shows the inline SVG and hides the image wherever styles survive."""
+    def both(match):
+        svg = match.group(0)
+        title = _SVG_TITLE.search(svg)
+        data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
+        return (f"<div class='imcmc-vector' {_HIDDEN}>{svg}</div>"
+                f"<img class='imcmc-raster' alt=\"{title.group(1) if title else 'picture'}\" "
+                f"style='max-width:100%;height:auto' src='data:image/svg+xml;base64,{data}'>")
+    return _INLINE_SVG.sub(both, html)
 
 
 def display_with_fallback(widget, fallback: dict, display_id=None):
@@ -163,5 +199,9 @@ def display_with_fallback(widget, fallback: dict, display_id=None):
     from IPython.display import display
 
     handle = display(fallback, raw=True, display_id=display_id)
-    display(widget._repr_mimebundle_(), raw=True)    # (a frame player's keeps its own text/html too)
+    live = widget._repr_mimebundle_()
+    if "text/html" in live:     # a frame player's own copy of the fallback: hidden, since it would
+        # show twice where no widget renders (where styles survive, fallback_style hides it too)
+        live["text/html"] = f"<div class='imcmc-duplicate' {_HIDDEN}>{live['text/html']}</div>"
+    display(live, raw=True)
     return handle

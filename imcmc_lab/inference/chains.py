@@ -195,18 +195,22 @@ class Chain:
 
 
 def _progress_bar(total, name):
-    """tqdm's bar, its description at most 32 characters (a widget cuts longer ones). In a
-    notebook tqdm's bar is a widget whose saved text reads "0/5000" (its state when first
-    shown): it is shown with a display id, which ``run_chain`` updates when it closes."""
+    """tqdm's bar described by the kernel's name: whole in a notebook, where the bar is a
+    widget whose row wraps to make room for it (tests/test_browser_reopen.py looks); in a terminal
+    cut at 32 characters, so the bar keeps its line. In a notebook tqdm's bar is a widget
+    whose saved text reads "0/5000" (its state when first shown): it is shown with a
+    display id, which ``run_chain`` updates when it closes."""
     from tqdm.auto import tqdm
     from tqdm.notebook import tqdm_notebook
 
-    desc = name if len(name) <= 32 else name[:31] + "…"
     if not issubclass(tqdm, tqdm_notebook):
-        return tqdm(total=total, desc=desc, leave=True)
+        return tqdm(total=total, desc=name if len(name) <= 32 else name[:31] + "…", leave=True)
     from IPython.display import display
 
-    bar = tqdm(total=total, desc=desc, leave=True, display=False)
+    bar = tqdm(total=total, desc=name, leave=True, display=False)
+    # a long name would squeeze the bar to nothing: the bar keeps a width, wrapping to a new line
+    bar.container.layout.flex_flow = "row wrap"
+    bar.container.children[1].layout.min_width = "200px"
     bar.saved_display = display(bar.container, display_id=True)
     return bar
 
