@@ -90,7 +90,8 @@ def cluster():
 
 
 def test_chains_on_dask_workers_stream_live(cluster):
-    stream = _stream(300, chains=2, executor=None, max_rate=4.0)
+    STEPS = 2000     # long enough (a second or more on a quiet machine) for several 0.25 s batches
+    stream = _stream(STEPS, chains=2, executor=None, max_rate=4.0)
     stream.start()
     seen = set()
     while stream.running:
@@ -98,9 +99,9 @@ def test_chains_on_dask_workers_stream_live(cluster):
         time.sleep(0.05)
     stream.wait()
     # samples arrived in several batches while the workers ran, not only at the end
-    assert len({n for n in seen if 0 < n < 600}) >= 2, sorted(seen)
-    assert stream.status == "finished" and [len(s) for s in stream.chain.samples] == [300, 300]
-    expected = il.run_chains(tc.two_cluster_kernel(), tc.initial_trace(DATA), 300, chains=2, executor="serial",
+    assert len({n for n in seen if 0 < n < 2 * STEPS}) >= 2, sorted(seen)
+    assert stream.status == "finished" and [len(s) for s in stream.chain.samples] == [STEPS, STEPS]
+    expected = il.run_chains(tc.two_cluster_kernel(), tc.initial_trace(DATA), STEPS, chains=2, executor="serial",
                              seed=7, record=RECORD, progress=False)
     assert _floats(stream.chain) == _floats(expected)
     assert "on the local Dask cluster" in stream.header.value
