@@ -116,6 +116,14 @@ def test_result_shows_verdict_escaped_html_and_a_picture():
     assert len(result.plot().axes) == 2
 
 
+def test_default_statistics_are_named_like_the_addresses():
+    """Column titles read ``lam``, not the Python literal ``'lam'``."""
+    result = run(subtle_bugs.gamma_poisson, (2,), subtle_bugs.log_walk_mh("lam", 0.5, correct=True),
+                 observations=["y"], chains=20, steps=1)
+    assert list(result.statistics) == ["lam"]
+    assert "lam: " in repr(result) and "'lam'" not in repr(result)
+
+
 def test_user_random_stream_is_left_alone():
     torch.manual_seed(5)
     expected = torch.rand(3)

@@ -30,7 +30,7 @@ import time
 import numpy as np
 import torch
 
-from ..core.address import format_address, normalize_address
+from ..core.address import normalize_address
 from ..core.choicemap import select
 from .distributed import ChainsFailed, run_chains
 from .kernels import Kernel, as_kernel, cycle
@@ -119,7 +119,12 @@ def _default_statistics(traces, observations):
         raise ValueError("check_stationarity: the model has no scalar choice present in every draw to "
                          "compare; pass statistics={name: function of a trace}, e.g. "
                          "{'k': lambda t: t['k'], 'mean': lambda t: float(t['mu'].mean())}")
-    return {format_address(a): _Choice(a) for a in common}
+    return {_statistic_name(a): _Choice(a) for a in common}
+
+
+def _statistic_name(address) -> str:
+    """``k`` for ``("k",)``, ``mu/2`` for ``("mu", 2)``: column titles, not Python literals."""
+    return "/".join(str(key) for key in address) if isinstance(address, tuple) else str(address)
 
 
 class _Choice:

@@ -30,6 +30,11 @@ def _vec(*values):
 
 _AT_X = ("address 'x'", "line")
 
+
+@il.gen
+def _one_iid_poisson():
+    return il.iid(il.poisson(2.0), 2) @ "xs"
+
 CASES: list[Case] = [
     # issue 16, item 2: mixture weights that do not sum to 1 (the density would integrate to their sum)
     Case("mixture-weights-sum-0.6", _at_x(lambda: il.mixture_of_normals(_vec(0.3, 0.3), _vec(0.0, 1.0), _vec(1.0, 1.0))),
@@ -71,4 +76,8 @@ CASES: list[Case] = [
          DistributionError, _AT_X + ("probs must be a non-empty vector",)),
     Case("mvnormal-non-square-cov", _at_x(lambda: il.mvnormal(torch.zeros(2), torch.ones(2, 3))),
          DistributionError, _AT_X + ("cov must be a square matrix",)),
+    # a non-integer constraint for discrete iid values was truncated silently ([1.5, 2] became [1, 2])
+    Case("iid-discrete-non-integer-constraint",
+         lambda: _one_iid_poisson.generate((), {"xs": [1.5, 2.0]}),
+         DistributionError, ("address 'xs'", "discrete", "integers", "1.5")),
 ]

@@ -176,7 +176,7 @@ class IID(Distribution):
 
     def coerce(self, value):
         if self.base.discrete:
-            value = torch.as_tensor(value, dtype=torch.int64) if not isinstance(value, torch.Tensor) else value
+            value = _as_int_tensor(value, self.base.name)
         else:
             value = as_real(simplex_float64(value) if self.base.simplex else value)
         if value.shape != self.event_shape:
@@ -195,6 +195,15 @@ class IID(Distribution):
 
     def __repr__(self):
         return f"iid({self.base!r}, {self.n})"
+
+
+def _as_int_tensor(value, name):
+    """Discrete iid values as an int64 tensor; a ``ValueError`` for non-integers (``[1.5]`` must
+    not quietly become ``[1]``)."""
+    value = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+    if value.is_complex() or (value.is_floating_point() and not bool(torch.all(value == torch.round(value)))):
+        raise ValueError(f"iid({name}) is discrete: its values are integers, got {value.tolist()!r}")
+    return value if value.dtype == torch.int64 else value.to(torch.int64)
 
 
 def mixture_of_normals(weights, means, variances) -> MixtureOfNormals:
