@@ -71,7 +71,7 @@ def test_birth_death_ratio_bugs_are_caught_and_the_correct_kernel_passes(make):
 def test_mh_with_a_wrong_reverse_density_is_caught_with_observations():
     options = dict(observations=["y"], chains=1000, steps=6, seed=3)
     bad = run(subtle_bugs.gamma_poisson, (5,), subtle_bugs.log_walk_mh("lam", 0.5), **options)
-    assert list(bad.adjusted) == ["'lam'"]       # the default statistics: the latent scalar only
+    assert list(bad.adjusted) == ["lam"]       # the default statistics: the latent scalar only
     assert not bad.passed and bad.min_p_value < CAUGHT, bad
     good = run(subtle_bugs.gamma_poisson, (5,), subtle_bugs.log_walk_mh("lam", 0.5, correct=True),
                **dict(options, chains=300))
