@@ -107,10 +107,17 @@ def test_exported_html_shows_the_pictures_offline(saved_notebook, browser):
         box = drawn.bounding_box()
         assert box and box["width"] > 300 and box["height"] > 150, (name, box)
         drawn.screenshot(path=str(ARTIFACTS / f"export-{name}.png"))
-    plot = page.locator(".imcmc-static img:visible").first
+    plot = page.locator("img[alt='infinite GMM plots']:visible").first     # the sampler's final plots
     plot.scroll_into_view_if_needed()
     assert plot.evaluate("img => img.complete && img.naturalWidth") > 300
     plot.screenshot(path=str(ARTIFACTS / "export-stream.png"))
+    cell = page.locator(".jp-CodeCell").filter(has=page.locator(".jp-InputArea", has_text="SamplerStream(kernel"))
+    assert "30 / 30 steps" in cell.inner_text().replace("\u2009", " ")
+    cell.locator(".jp-Cell-outputWrapper").screenshot(path=str(ARTIFACTS / "export-stream-cell.png"))
+    # no view's text repr beside its picture (the widgets cannot render here)
+    text = "\n".join(page.locator(".jp-OutputArea-output").all_inner_texts())
+    for view in ("<SamplerStream", "<InvolutionSchematic", "<JacobianView"):
+        assert view not in text, f"{view}'s text repr shows beside its picture"
     # the schematic's fallback still animates: its own few lines of script, no CDN
     static = page.locator(".imcmc-static").filter(has=page.locator("svg.imcmc-schematic")).first
     static.locator(".imcmc-play").click()

@@ -10,9 +10,13 @@ notebook is opened in Chromium -- not run:
   no ``<svg>``, ``<style>`` or ``<script>``, and widgets are not rendered): the
   schematic's, the Jacobian's and the sampler's pictures are there as images, no
   loose SVG text is left, and no "Error displaying widget" line shows;
+  Nor does a view's text repr ("<SamplerStream ...: running, 17 steps>") show beside
+  its picture;
 * **trusted** (signed, as a notebook JupyterLab saved itself): the same pictures, no
   "Error displaying widget: model not found", and the progress bar restored from
-  the saved widget state shows the kernel's whole name, unclipped.
+  the saved widget state shows the kernel's whole name, unclipped. The live sampler
+  is restored in its final state ("30 / 30 steps", the final plot), though its run
+  ended between cells, where nbclient records no widget messages.
 
 Screenshots go to tests/artifacts/reopen-*.png. Skipped like tests/test_browser.py
 when Playwright or Chromium are missing.
@@ -38,6 +42,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 GALLERY = ROOT / "gallery"
 NOTEBOOK = "split_merge_mixture.ipynb"
 LONG_NAME = "infinite GMM: swap, split/merge, birth/death, cluster and weight moves"
+STREAM_PLOTS = "infinite GMM plots"      # the alt text of the sampler's static picture
 LONG_NAMED_CHAIN = (f"long_named = m.mixture_kernel()\nlong_named.name = {LONG_NAME!r}\n"
                     "_ = il.run_chain(long_named, m.initial_trace(data, k=1), 5)")
 
@@ -87,6 +92,12 @@ def _shown(page, locator, name, min_width=300, min_height=120):
     return drawn
 
 
+def _cell(page, source):
+    """The notebook cell whose source contains ``source``."""
+    return page.locator(".jp-Notebook .jp-CodeCell").filter(
+        has=page.locator(".jp-InputArea", has_text=source)).first
+
+
 def _output_text(page) -> str:
     """The visible text of every output, each cell scrolled into view first (JupyterLab draws
     only the cells near the viewport)."""
@@ -108,14 +119,17 @@ def _check_pictures(page, scenario):
         drawn = _shown(page, picture, f"{scenario}-{kind}")
         if drawn.evaluate("e => e.tagName") == "IMG":
             assert drawn.evaluate("img => img.complete && img.naturalWidth") > 300, kind
-    plot = _shown(page, page.locator(".jp-OutputArea-output .imcmc-static img:visible, "
+    plot = _shown(page, page.locator(f".jp-OutputArea-output .imcmc-static img[alt='{STREAM_PLOTS}']:visible, "
                                      ".jp-OutputArea-output .imcmc-stream img:visible"), f"{scenario}-stream")
     assert plot.evaluate("img => img.complete && img.naturalWidth") > 300
-    # nothing of the sanitised SVG left behind as loose text, no widget error line
+    _shown(page, _cell(page, "SamplerStream(kernel").locator(".jp-Cell-outputArea"), f"{scenario}-stream-cell")
+    # nothing of the sanitised SVG left behind as loose text, no widget error line, no repr
     text = _output_text(page)
     if scenario == "untrusted":
         assert "Involution schematic, stage 1 of 3" not in text   # an <svg>'s <title>, as loose text
     assert "Error displaying widget" not in text and "model not found" not in text
+    for view in ("<SamplerStream", "<InvolutionSchematic", "<JacobianView"):
+        assert view not in text, f"{view}'s text repr shows beside its picture"
     page.screenshot(path=str(ARTIFACTS / f"reopen-{scenario}-page.png"))
     return text
 
@@ -149,16 +163,25 @@ def test_trusted_saved_notebook_shows_pictures_and_whole_progress_bar(browser, s
         assert bar.bounding_box()["width"] >= 150, bar.bounding_box()
 
 
-@pytest.mark.xfail(strict=True, reason="the live sampler's widget state saved by nbclient is its first "
-                   "one ('0 / 30 steps · running', empty plots): its later updates come from a background "
-                   "thread and are not stored; restored, that live widget hides the right fallback")
 def test_trusted_saved_notebook_restores_the_final_sampler(browser, saved_folder, tmp_path):
+    """The live sampler is restored as it ended: its run ends after the cell that starts it, and
+    nbclient keeps only widget messages sent during a cell (the view sends its state again)."""
     from nbformat.sign import NotebookNotary
 
     nb = nbformat.read(saved_folder / NOTEBOOK, as_version=4)
     NotebookNotary(data_dir=str(tmp_path)).sign(nb)
     with _open_in_lab(browser, saved_folder, "trusted-stream", tmp_path) as page:
-        status = page.locator(".jp-OutputArea-output .imcmc-stream-status:visible, "
-                              ".jp-OutputArea-output .imcmc-static:has(img):visible").first
-        status.scroll_into_view_if_needed(timeout=60_000)
-        assert "30 / 30 steps" in status.inner_text().replace("\u2009", " ")
+        cell = _cell(page, "SamplerStream(kernel")
+        cell.scroll_into_view_if_needed(timeout=60_000)
+        live = cell.locator(".imcmc-stream")
+        live.wait_for(state="visible", timeout=60_000)      # the widget, not the fallback
+        assert "30 / 30 steps" in live.locator(".imcmc-stream-status").inner_text().replace("\u2009", " ")
+        assert "finished" in live.inner_text() and cell.locator(".imcmc-static").is_hidden()
+        # its plot is the final one: the same PNG as the (hidden) static picture of the end
+        same = live.locator("img").evaluate("""async (img, alt) => {
+            const fallback = document.querySelector(`img[alt='${alt}']`);
+            const bytes = async src => new Uint8Array(await (await fetch(src)).arrayBuffer()).join();
+            return (await bytes(img.src)) === (await bytes(fallback.src));
+        }""", STREAM_PLOTS)
+        assert same, "the restored sampler's plot is not its final plot"
+        live.screenshot(path=str(ARTIFACTS / "reopen-trusted-stream-final.png"))

@@ -13,19 +13,23 @@ Saved notebooks: a notebook reopened without its widget state (JupyterLab does
 not save it by default), a GitHub or nbviewer preview and an HTML export read
 offline all lack the live widget. So a view displays *two* outputs (see
 :func:`display_with_fallback`): first the static fallback (``text/html``), then
-the widget. When the widget renders, a ``<style>`` inside it hides the fallback
-(by a class unique to this view); where it does not render, the fallback stays,
-and its own ``<style>`` hides the widget's "Error displaying widget" line.
+the widget. A view that changes after the cell that shows it (a live sampler)
+sends its state again from within a later cell (:func:`after_cell`), as headless
+runs save only what is sent during a cell. When the widget renders, a ``<style>``
+inside it hides the fallback (by a class unique to this view); where it does not
+render, the fallback stays, and its own ``<style>`` hides the widget's "Error
+displaying widget" line.
 
 Untrusted notebooks: JupyterLab sanitises the HTML of a notebook it did not sign
 (one saved by ``nbconvert --execute`` or downloaded): ``<svg>``, ``<style>`` and
 ``<script>`` are removed, an ``<svg>``'s text is left behind as loose text, and
-widget outputs show their ``text/html`` or ``text/plain``. ``<img>`` with a
-``data:`` URI and the ``hidden`` attribute survive, so every inline SVG of the
-fallback also comes as an ``<img>`` of the same SVG (:func:`sanitizer_proof`):
-the fallback's ``<style>`` shows the inline SVG and hides the image; where that
-style was removed, the ``hidden`` inline copy (and its loose text) stays hidden
-and the image shows.
+widget outputs show their ``text/html`` or ``text/plain`` (so the widget's output
+carries a hidden ``text/html``: its text repr would show beside the picture).
+``<img>`` with a ``data:`` URI and the ``hidden`` attribute survive, so every
+inline SVG of the fallback also comes as an ``<img>`` of the same SVG
+(:func:`sanitizer_proof`): the fallback's ``<style>`` shows the inline SVG and
+hides the image; where that style was removed, the ``hidden`` inline copy (and
+its loose text) stays hidden and the image shows.
 """
 
 from __future__ import annotations
@@ -154,9 +158,14 @@ def new_static_id() -> str:
 
 def hide_fallback(static_id: str) -> W.HTML:
     """A widget child whose ``<style>`` hides the fallback output ``static_id`` (and the output
-    area holding it) wherever the live widget renders."""
+    area holding it) wherever the live widget renders.
+
+    It also keeps one "disconnected" mark per view: a view restored from saved widget state
+    without a kernel has ipywidgets' broken-link icon on each of its parts (seven on a
+    sampler, one on a line of its own); the view's own icon says it all."""
     return W.HTML(f"<style>.{static_id}{{display:none!important}}"
-                  f".jp-OutputArea-child:has(.{static_id}){{display:none!important}}</style>",
+                  f".jp-OutputArea-child:has(.{static_id}){{display:none!important}}"
+                  f".imcmc-live .jupyter-widgets-disconnected::before{{display:none}}</style>",
                   layout=W.Layout(display="none"))
 
 
@@ -192,6 +201,36 @@ def sanitizer_proof(html: str) -> str:
     return _INLINE_SVG.sub(both, html)
 
 
+def after_cell(callback):
+    """Call ``callback()`` once, at the end of the IPython cell now running, or of the next one
+    to run (``post_run_cell``); outside IPython, never.
+
+    Why: a headless run (``jupyter nbconvert --execute``, nbclient, papermill) saves the widget
+    state and display updates it received *during* a cell's execution; messages a widget sends
+    between cells (from an event-loop callback, such as a background run's end) are dropped. A
+    view that changes between cells sends its state again here, inside a cell, so the saved
+    notebook holds its final state."""
+    try:
+        from IPython import get_ipython
+    except ImportError:       # (ipywidgets needs IPython, but a view must not fail over this)
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+
+    def once(_result):
+        shell.events.unregister("post_run_cell", once)
+        callback()
+    shell.events.register("post_run_cell", once)
+
+
+def resend_state(widget):
+    """Send the whole state of ``widget`` and of every widget inside it (see :func:`after_cell`)."""
+    widget.send_state()
+    for child in getattr(widget, "children", ()):
+        resend_state(child)
+
+
 def display_with_fallback(widget, fallback: dict, display_id=None):
     """Display ``fallback`` (a mime bundle) and then ``widget``, as two outputs of the cell
     (module docstring). Returns the fallback's display handle when ``display_id`` is true,
@@ -200,8 +239,11 @@ def display_with_fallback(widget, fallback: dict, display_id=None):
 
     handle = display(fallback, raw=True, display_id=display_id)
     live = widget._repr_mimebundle_()
-    if "text/html" in live:     # a frame player's own copy of the fallback: hidden, since it would
-        # show twice where no widget renders (where styles survive, fallback_style hides it too)
-        live["text/html"] = f"<div class='imcmc-duplicate' {_HIDDEN}>{live['text/html']}</div>"
+    # Where no widget renders, the view's output shows nothing: a frame player's own copy of the
+    # fallback would show it twice, and an untrusted notebook would show the widget's text repr
+    # ("<SamplerStream ...: running, 17 steps>", stale) below the picture. So its text/html, which
+    # such front ends prefer to text/plain, is hidden (where styles survive, fallback_style hides
+    # the output too).
+    live["text/html"] = f"<div class='imcmc-duplicate' {_HIDDEN}>{live.get('text/html', '')}</div>"
     display(live, raw=True)
     return handle

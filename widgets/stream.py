@@ -37,7 +37,8 @@ from imcmc_lab.inference.chains import Chain, run_chain
 from imcmc_lab.inference.distributed import ChainsFailed, run_chains
 from imcmc_lab.inference.kernels import as_kernel
 
-from ._frames import caption, display_with_fallback, fallback_style, hide_fallback, new_static_id
+from ._frames import (after_cell, caption, display_with_fallback, fallback_style, hide_fallback, new_static_id,
+                      resend_state)
 from ._style import MUTED, SANS, esc
 
 __all__ = ["SamplerStream", "Throttle"]
@@ -214,6 +215,7 @@ class SamplerStream(W.VBox):
         self._figure = None
         self._png = b""
         self._static_handle = None          # the saved notebook's picture (display_with_fallback)
+        self._resend_armed = False          # the view at rest sends its state again within a cell (after_cell)
         self.static_id = new_static_id()
         self.name = title or self.kernel.name
         detail = "" if self.remote is None else esc(f"{self.chain.n_chains} chains {self.remote.where()}")
@@ -411,6 +413,9 @@ class SamplerStream(W.VBox):
         self.stop_button.disabled = self.status not in ("running", "paused")
         if self._static_handle is not None and not running:
             self._static_handle.update(self.static_bundle(), raw=True)
+        if not running and self.status != "ready" and not self._resend_armed:
+            self._resend_armed = True
+            after_cell(self._save_rest_state)
         self.refresh_count += 1
         self._throttle.cost(time.monotonic() - t0)
 
@@ -511,8 +516,9 @@ class SamplerStream(W.VBox):
                     line.set_data(xs, ys)
                 values += [y for y in ys if not math.isnan(y)]
             if added and (panel == "acceptance" or (self.chain.n_chains > 1 and index == 0)):
-                ax.legend(fontsize=8, frameon=False, loc="upper right",
-                          ncol=1 if panel == "acceptance" else min(4, self.chain.n_chains))
+                # a white ground under the labels: the lines run behind the legend
+                ax.legend(fontsize=8, loc="upper right", frameon=True, facecolor="white", edgecolor="none",
+                          framealpha=0.85, ncol=1 if panel == "acceptance" else min(4, self.chain.n_chains))
             entry["integers"] = (bool(values) and all(float(y).is_integer() for y in values)
                                  and panel not in ("log joint", "acceptance"))
             if entry["integers"]:     # a discrete quantity (number of clusters): steps, integer ticks
@@ -562,6 +568,19 @@ class SamplerStream(W.VBox):
         return {"text/html": f"<div class='imcmc-static {self.static_id}'>{self.header.value}"
                              f"{self.progress_text.value}{image}</div>{fallback_style(self.static_id)}",
                 "text/plain": repr(self)}
+
+    def _save_rest_state(self):
+        """The view at rest (finished, stopped, paused, failed) sends its whole state and static
+        picture again from inside a cell: a run usually ends between cells, and a headless run
+        (``nbconvert --execute``) would otherwise save the view as it was first shown
+        (``after_cell``). Every redraw at rest arms this again: the run's last redraw may come
+        after the cell that showed the end (an event-loop callback between cells)."""
+        self._resend_armed = False
+        if self.status in ("running", "stopping"):     # a new run began: its end sends again
+            return
+        resend_state(self)
+        if self._static_handle is not None:
+            self._static_handle.update(self.static_bundle(), raw=True)
 
     def _ipython_display_(self):
         self._static_handle = display_with_fallback(self, self.static_bundle(), display_id=True)
