@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from ..errors import ImcmcError
-from .chains import Chain, run_chain
+from .chains import Chain, ChainTiming, run_chain
 from .involutive import MoveRecord
 from .kernels import as_kernel
 
@@ -176,22 +176,70 @@ class _Reporter:
 
 class _DaskSink:
     """Reports progress (and, with ``samples``, batches of samples as pickled bytes) from a
-    Dask worker as events on ``topic``; stops when the client sets the ``distributed.Event``
-    named ``topic + "-stop"``, and waits while the one named ``topic + "-pause"`` is set.
-    (The scheduler keeps the last ``distributed.admin.low-level-log-length`` events of a
-    topic, so a long streamed run holds a bounded amount of memory there.)"""
+    Dask worker as events on ``topic``, when the client listens (``listened``). Stops and
+    pauses come from :data:`_CONTROL`, which the client sets on every worker
+    (:class:`_DaskControl`): a report costs no round trip to the scheduler (the two it
+    made took 4 ms of CPU and 10 ms of waiting on a loaded 2-core machine, four times a
+    second per chain). A chain
+    starting reads the ``distributed.Event``s ``topic + "-stop"`` and ``topic + "-pause"``
+    once, for a worker that joined after the client's last push. (The scheduler keeps the
+    last ``distributed.admin.low-level-log-length`` events of a topic, so a long streamed
+    run holds a bounded amount of memory there.)"""
 
-    def __init__(self, topic, samples=False):
-        self.topic, self.samples = topic, samples
+    def __init__(self, topic, samples=False, listened=True):
+        self.topic, self.samples, self.listened = topic, samples, listened or samples
 
     def __call__(self, index, step, batch=None):
         from distributed import Event, get_worker
 
-        get_worker().log_event(self.topic, [index, step] if batch is None else [index, step, dumps(batch)])
-        stop, pause = Event(self.topic + "-stop"), Event(self.topic + "-pause")
-        while pause.is_set() and not stop.is_set():     # paused: the chain waits on its worker
+        if self.listened:
+            get_worker().log_event(self.topic, [index, step] if batch is None else [index, step, dumps(batch)])
+        if step == 0 and self.topic not in _CONTROL:
+            if Event(self.topic + "-stop").is_set():
+                _CONTROL[self.topic] = "stop"
+            elif Event(self.topic + "-pause").is_set():
+                _CONTROL[self.topic] = "pause"
+        while _CONTROL.get(self.topic) == "pause":     # paused: the chain waits on its worker
             time.sleep(REPORT_EVERY)
-        return stop.is_set()
+        return _CONTROL.get(self.topic) == "stop"
+
+
+#: on a worker: ``{topic: "pause" or "stop"}`` for the chains of one ``run_chains`` call
+_CONTROL = {}
+
+
+def _set_control(topic, state):
+    """Run on every worker (in its event loop) by the client: ``state`` ("run", "pause",
+    "stop" or "forget") for the chains reporting on ``topic``."""
+    if state in ("run", "forget"):
+        _CONTROL.pop(topic, None)
+    else:
+        _CONTROL[topic] = state
+
+
+class _DaskControl:
+    """The client's side of stop and pause for one ``run_chains`` call on a Dask client:
+    the ``distributed.Event``s (for chains that start later) and a push to every worker."""
+
+    def __init__(self, client, topic):
+        from distributed import Event
+
+        self.client, self.topic, self.pushed = client, topic, False
+        self.events = {"stop": Event(topic + "-stop", client=client), "pause": Event(topic + "-pause", client=client)}
+
+    def __call__(self, state):
+        """``state``: "stop", "pause" or "run" (a pause lifted)."""
+        if state == "run":
+            self.events["pause"].clear()
+        else:
+            self.events[state].set()
+        self.client.run(_set_control, self.topic, state)
+        self.pushed = True
+
+    def forget(self):
+        """The run is over: drop its entry on the workers."""
+        if self.pushed:
+            self.client.run(_set_control, self.topic, "forget")
 
 
 def _run_one(payload: bytes, index: int, seed: int, steps: int, thin: int, sink=None) -> bytes:
@@ -201,6 +249,7 @@ def _run_one(payload: bytes, index: int, seed: int, steps: int, thin: int, sink=
     place (``run_chain(chain=...)``) so an exception keeps what it collected.
     """
     with _CHAIN_LOCK, _seeded(seed), _one_torch_thread():
+        began = ChainTiming.clock()         # unpickling counts: a fresh worker imports the model here
         kernel, start, record = pickle.loads(payload)
         kernel = as_kernel(kernel)
         kernel.reset_stats()
@@ -219,6 +268,7 @@ def _run_one(payload: bytes, index: int, seed: int, steps: int, thin: int, sink=
         if reporter.part is not None:  # the last samples, for a live view
             sink(index, part.steps_done[0], reporter.batch())
         part.acceptance = kernel.acceptance()
+        part.timings[0] = ChainTiming.since(began)
         return dumps({"chain": part, "error": error})
 
 
@@ -242,14 +292,30 @@ def _warm_up():
     torch.set_num_threads(1)
 
 
+#: Dask settings of the embedded cluster. Chains are long tasks that nobody profiles (the
+#: dashboard is off), while Dask's defaults wake every process often: the worker's statistical
+#: profiler walks the chain's stack 100 times a second, and every server ticks its event loop
+#: every 20 ms. With the defaults, Dask's own processes used 0.15 of a core on top of two
+#: running chains; with these, 0.045 (benchmarks/chains.py measures it).
+QUIET_CLUSTER = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",                # blocked-loop warnings still come after 3 s
+    "distributed.admin.system-monitor.interval": "2s",
+    "distributed.worker.memory.monitor-interval": "500ms",  # the nanny's memory guard (default 100 ms)
+}
+
+
 def local_client(n_workers=None, **cluster_options):
     """The embedded Dask client that ``run_chains(executor=None)`` uses: a ``LocalCluster``
     of processes with one thread each, one per available core unless ``n_workers`` says
-    otherwise; started on first use, reused, closed at interpreter exit."""
+    otherwise; started on first use, reused, closed at interpreter exit. It runs with
+    :data:`QUIET_CLUSTER`'s settings (no worker profiler, slow ticks); ``cluster_options``
+    go to ``LocalCluster``."""
     global _LOCAL_CLIENT
     if _LOCAL_CLIENT is not None and _LOCAL_CLIENT.status == "running":
         return _LOCAL_CLIENT
     try:
+        import dask
         from distributed import Client, LocalCluster
     except ImportError as exc:
         raise ImportError("run_chains needs Dask for parallel chains: pip install \"dask[distributed]\" "
@@ -258,7 +324,8 @@ def local_client(n_workers=None, **cluster_options):
         n_workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     options = dict(threads_per_worker=1, processes=True, dashboard_address=None)
     options.update(cluster_options)
-    cluster = LocalCluster(n_workers=n_workers, **options)
+    with dask.config.set(QUIET_CLUSTER):      # read by the scheduler, the nannies and (sent) the workers
+        cluster = LocalCluster(n_workers=n_workers, **options)
     _LOCAL_CLIENT = Client(cluster, set_as_default=False)
     _LOCAL_CLIENT.run(_warm_up)
     atexit.register(close_local_client)
@@ -340,7 +407,7 @@ class _Controls:
         self.progress, self.on_samples = progress, on_samples
         self.stop, self.pause = stop or threading.Event(), pause or threading.Event()
         self.samples = on_samples is not None          # (the _Reporter reads this)
-        self.dask_pause, self._paused = None, False
+        self.dask, self._paused = None, False           # a _DaskControl on a Dask client
 
     def __call__(self, index, step, batch=None):
         """The in-process sink: count, pass a batch on, wait while paused; True to stop."""
@@ -360,9 +427,9 @@ class _Controls:
 
     def stop_requested(self) -> bool:
         """Mirror a pause to the workers; True once a stop was asked for."""
-        if self.dask_pause is not None and self.pause.is_set() != self._paused:
+        if self.dask is not None and self.pause.is_set() != self._paused:
             self._paused = self.pause.is_set()
-            self.dask_pause.set() if self._paused else self.dask_pause.clear()
+            self.dask("pause" if self._paused else "run")
         return self.stop.is_set()
 
 
@@ -406,14 +473,13 @@ def _outcome(future):
 def _run_on(executor, payloads, seeds, steps, thin, controls):
     progress = controls.progress
     dask = _is_dask_client(executor)
-    sink = stop = None
+    sink = None
     if dask:
-        from distributed import Event
-
         topic = f"imcmc-chains-{uuid.uuid4().hex}"
-        sink = _DaskSink(topic, samples=controls.samples)
-        stop, controls.dask_pause = Event(topic + "-stop", client=executor), Event(topic + "-pause", client=executor)
-        executor.subscribe_topic(topic, controls.on_event)
+        sink = _DaskSink(topic, samples=controls.samples, listened=progress.bar is not None)
+        controls.dask = _DaskControl(executor, topic)
+        if sink.listened:
+            executor.subscribe_topic(topic, controls.on_event)
         unique = {id(p): p for p in payloads}
         shared = {key: executor.scatter(p, hash=False) for key, p in unique.items()}
         futures = [executor.submit(_run_one, shared[id(p)], i, seeds[i], steps, thin, sink, pure=False,
@@ -422,21 +488,24 @@ def _run_on(executor, payloads, seeds, steps, thin, controls):
         futures = [executor.submit(_run_one, p, i, seeds[i], steps, thin) for i, p in enumerate(payloads)]
     try:
         if _wait(futures, progress, controls=controls):
-            _stop(futures, stop, quiet=True)
+            _stop(futures, controls.dask, quiet=True)
     except KeyboardInterrupt:
-        _stop(futures, stop)
+        _stop(futures, controls.dask)
     finally:
         if dask:
-            executor.unsubscribe_topic(sink.topic)
+            if all(f.done() for f in futures):      # (an abandoned chain must still see its stop)
+                controls.dask.forget()
+            if sink.listened:
+                executor.unsubscribe_topic(sink.topic)
     return [_outcome(f) for f in futures]
 
 
-def _stop(futures, stop_event, quiet=False):
+def _stop(futures, dask_control, quiet=False):
     """After Ctrl-C (or a requested stop, ``quiet``): ask running chains to stop (Dask) or
     cancel queued ones (other executors), then give the running ones a bounded time to hand
     back their samples."""
-    if stop_event is not None:
-        stop_event.set()
+    if dask_control is not None:
+        dask_control("stop")
     else:
         for future in futures:
             future.cancel()
@@ -466,6 +535,7 @@ def _merge(outcomes, starts):
         part = result["chain"]
         chain.samples[index], chain.scores[index] = part.samples[0], part.scores[0]
         chain.traces[index], chain.steps_done[index] = part.traces[0], part.steps_done[0]
+        chain.timings[index] = part.timings[0]
         chain.interrupted = chain.interrupted or part.interrupted
         for name, (accepted, proposed) in part.acceptance.items():
             a, p = acceptance.get(name, (0, 0))
