@@ -295,8 +295,9 @@ def _warm_up():
 #: Dask settings of the embedded cluster. Chains are long tasks that nobody profiles (the
 #: dashboard is off), while Dask's defaults wake every process often: the worker's statistical
 #: profiler walks the chain's stack 100 times a second, and every server ticks its event loop
-#: every 20 ms. With the defaults, Dask's own processes used 0.15 of a core on top of two
-#: running chains; with these, 0.045 (benchmarks/chains.py measures it).
+#: every 20 ms. With the defaults, Dask's own processes used 0.15 of a core beside two running
+#: chains; with these, 0.045, and 0.03 once reports stopped polling the scheduler
+#: (benchmarks/chains.py measures it).
 QUIET_CLUSTER = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",                # blocked-loop warnings still come after 3 s
@@ -591,7 +592,8 @@ def run_chains(kernel, trace, steps: int, chains=None, executor=None, seed=None,
     :func:`~imcmc_lab.inference.chains.run_chain`. ``progress``: one combined bar.
 
     Returns a :class:`Chain` of all chains, with ``chain.finished[c]`` (chain ``c``
-    ran all its steps), ``chain.errors`` and ``chain.seed``. Ctrl-C keeps what every
+    ran all its steps), ``chain.errors``, ``chain.seed`` and ``chain.timings[c]`` (its
+    wall and CPU seconds and the process that ran it). Ctrl-C keeps what every
     chain collected (``chain.interrupted``). If a chain raises or its worker dies,
     the others still run to the end, then :class:`ChainsFailed` is raised with the
     whole result as ``err.chain``.
