@@ -176,15 +176,11 @@ class _Reporter:
 
 class _DaskSink:
     """Reports progress (and, with ``samples``, batches of samples as pickled bytes) from a
-    Dask worker as events on ``topic``, when the client listens (``listened``). Stops and
-    pauses come from :data:`_CONTROL`, which the client sets on every worker
-    (:class:`_DaskControl`): a report costs no round trip to the scheduler (the two it
-    made took 4 ms of CPU and 10 ms of waiting on a loaded 2-core machine, four times a
-    second per chain). A chain
-    starting reads the ``distributed.Event``s ``topic + "-stop"`` and ``topic + "-pause"``
-    once, for a worker that joined after the client's last push. (The scheduler keeps the
-    last ``distributed.admin.low-level-log-length`` events of a topic, so a long streamed
-    run holds a bounded amount of memory there.)"""
+    Dask worker as events on ``topic``, when the client listens (``listened``: a progress
+    bar or a live view); stops when the client sets the ``distributed.Event`` named
+    ``topic + "-stop"``, and waits while the one named ``topic + "-pause"`` is set.
+    (The scheduler keeps the last ``distributed.admin.low-level-log-length`` events of a
+    topic, so a long streamed run holds a bounded amount of memory there.)"""
 
     def __init__(self, topic, samples=False, listened=True):
         self.topic, self.samples, self.listened = topic, samples, listened or samples
@@ -194,52 +190,10 @@ class _DaskSink:
 
         if self.listened:
             get_worker().log_event(self.topic, [index, step] if batch is None else [index, step, dumps(batch)])
-        if step == 0 and self.topic not in _CONTROL:
-            if Event(self.topic + "-stop").is_set():
-                _CONTROL[self.topic] = "stop"
-            elif Event(self.topic + "-pause").is_set():
-                _CONTROL[self.topic] = "pause"
-        while _CONTROL.get(self.topic) == "pause":     # paused: the chain waits on its worker
+        stop, pause = Event(self.topic + "-stop"), Event(self.topic + "-pause")
+        while pause.is_set() and not stop.is_set():     # paused: the chain waits on its worker
             time.sleep(REPORT_EVERY)
-        return _CONTROL.get(self.topic) == "stop"
-
-
-#: on a worker: ``{topic: "pause" or "stop"}`` for the chains of one ``run_chains`` call
-_CONTROL = {}
-
-
-def _set_control(topic, state):
-    """Run on every worker (in its event loop) by the client: ``state`` ("run", "pause",
-    "stop" or "forget") for the chains reporting on ``topic``."""
-    if state in ("run", "forget"):
-        _CONTROL.pop(topic, None)
-    else:
-        _CONTROL[topic] = state
-
-
-class _DaskControl:
-    """The client's side of stop and pause for one ``run_chains`` call on a Dask client:
-    the ``distributed.Event``s (for chains that start later) and a push to every worker."""
-
-    def __init__(self, client, topic):
-        from distributed import Event
-
-        self.client, self.topic, self.pushed = client, topic, False
-        self.events = {"stop": Event(topic + "-stop", client=client), "pause": Event(topic + "-pause", client=client)}
-
-    def __call__(self, state):
-        """``state``: "stop", "pause" or "run" (a pause lifted)."""
-        if state == "run":
-            self.events["pause"].clear()
-        else:
-            self.events[state].set()
-        self.client.run(_set_control, self.topic, state)
-        self.pushed = True
-
-    def forget(self):
-        """The run is over: drop its entry on the workers."""
-        if self.pushed:
-            self.client.run(_set_control, self.topic, "forget")
+        return stop.is_set()
 
 
 def _run_one(payload: bytes, index: int, seed: int, steps: int, thin: int, sink=None) -> bytes:
@@ -295,8 +249,8 @@ def _warm_up():
 #: Dask settings of the embedded cluster. Chains are long tasks that nobody profiles (the
 #: dashboard is off), while Dask's defaults wake every process often: the worker's statistical
 #: profiler walks the chain's stack 100 times a second, and every server ticks its event loop
-#: every 20 ms. With the defaults, Dask's own processes used 0.15 of a core beside two running
-#: chains; with these, 0.045, and 0.03 once reports stopped polling the scheduler
+#: every 20 ms. With the defaults, Dask's own processes used 0.08-0.15 of a core beside two
+#: running chains, and the chains' own threads took 25-45% more CPU; with these, 0.03-0.045
 #: (benchmarks/chains.py measures it).
 QUIET_CLUSTER = {
     "distributed.worker.profile.enabled": False,
@@ -408,7 +362,7 @@ class _Controls:
         self.progress, self.on_samples = progress, on_samples
         self.stop, self.pause = stop or threading.Event(), pause or threading.Event()
         self.samples = on_samples is not None          # (the _Reporter reads this)
-        self.dask, self._paused = None, False           # a _DaskControl on a Dask client
+        self.dask_pause, self._paused = None, False
 
     def __call__(self, index, step, batch=None):
         """The in-process sink: count, pass a batch on, wait while paused; True to stop."""
@@ -428,9 +382,9 @@ class _Controls:
 
     def stop_requested(self) -> bool:
         """Mirror a pause to the workers; True once a stop was asked for."""
-        if self.dask is not None and self.pause.is_set() != self._paused:
+        if self.dask_pause is not None and self.pause.is_set() != self._paused:
             self._paused = self.pause.is_set()
-            self.dask("pause" if self._paused else "run")
+            self.dask_pause.set() if self._paused else self.dask_pause.clear()
         return self.stop.is_set()
 
 
@@ -474,11 +428,13 @@ def _outcome(future):
 def _run_on(executor, payloads, seeds, steps, thin, controls):
     progress = controls.progress
     dask = _is_dask_client(executor)
-    sink = None
+    sink = stop = None
     if dask:
+        from distributed import Event
+
         topic = f"imcmc-chains-{uuid.uuid4().hex}"
         sink = _DaskSink(topic, samples=controls.samples, listened=progress.bar is not None)
-        controls.dask = _DaskControl(executor, topic)
+        stop, controls.dask_pause = Event(topic + "-stop", client=executor), Event(topic + "-pause", client=executor)
         if sink.listened:
             executor.subscribe_topic(topic, controls.on_event)
         unique = {id(p): p for p in payloads}
@@ -489,24 +445,21 @@ def _run_on(executor, payloads, seeds, steps, thin, controls):
         futures = [executor.submit(_run_one, p, i, seeds[i], steps, thin) for i, p in enumerate(payloads)]
     try:
         if _wait(futures, progress, controls=controls):
-            _stop(futures, controls.dask, quiet=True)
+            _stop(futures, stop, quiet=True)
     except KeyboardInterrupt:
-        _stop(futures, controls.dask)
+        _stop(futures, stop)
     finally:
-        if dask:
-            if all(f.done() for f in futures):      # (an abandoned chain must still see its stop)
-                controls.dask.forget()
-            if sink.listened:
-                executor.unsubscribe_topic(sink.topic)
+        if dask and sink.listened:
+            executor.unsubscribe_topic(sink.topic)
     return [_outcome(f) for f in futures]
 
 
-def _stop(futures, dask_control, quiet=False):
+def _stop(futures, stop_event, quiet=False):
     """After Ctrl-C (or a requested stop, ``quiet``): ask running chains to stop (Dask) or
     cancel queued ones (other executors), then give the running ones a bounded time to hand
     back their samples."""
-    if dask_control is not None:
-        dask_control("stop")
+    if stop_event is not None:
+        stop_event.set()
     else:
         for future in futures:
             future.cancel()
