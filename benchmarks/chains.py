@@ -15,6 +15,13 @@ exit status 1 if not); the speed-up is serial / cluster wall time (target on 2
 free cores: >= 1.6x). The machine must be otherwise idle for the ratio to mean
 anything: it is a ratio of wall times.
 
+CPU times grow far less than wall times when other programs load the machine,
+so they say where time goes even on a busy one: each chain's CPU seconds
+(``chain.timings``; in a worker, the whole worker process while the chain ran,
+its first chain there including importing the model), and the CPU that Dask
+itself used during the cluster run: this process (client, scheduler, nannies)
+and the workers outside the threads that ran the chains.
+
 Run: ``python benchmarks/chains.py`` (about 30 s plus the cluster's start-up).
 """
 
@@ -26,6 +33,7 @@ import platform
 import sys
 import time
 
+import psutil
 import torch
 
 import imcmc_lab as il
@@ -36,10 +44,20 @@ CHAINS = 4
 
 
 def _run(start, sweeps, executor):
-    began = time.perf_counter()
+    """Wall seconds, the chain, and this process's CPU seconds."""
+    began, cpu = time.perf_counter(), time.process_time()
     chain = il.run_chains(m.mixture_kernel(), start, sweeps, chains=CHAINS, executor=executor, seed=11,
                           record={"k": "k"}, progress=False)
-    return time.perf_counter() - began, chain
+    return time.perf_counter() - began, chain, time.process_time() - cpu
+
+
+def _process_cpu(pids):
+    return sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids)
+
+
+def _per_chain(chain):
+    cpu = [t.cpu for t in chain.timings]
+    return cpu, f"per-chain CPU {' '.join(f'{c:.2f}' for c in cpu)} s (mean {sum(cpu) / len(cpu):.2f})"
 
 
 def _calibrate(start, seconds):
@@ -62,13 +80,23 @@ def main(argv=None) -> int:
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores visible, torch "
           f"{torch.__version__}; {CHAINS} chains x {sweeps} sweeps ({per_sweep * 1e3:.1f} ms per sweep, "
           f"about {sweeps * per_sweep:.1f} s per chain)")
-    serial_s, serial = _run(start, sweeps, "serial")
-    print(f"serial (one process):            {serial_s:6.2f} s")
+    serial_s, serial, _ = _run(start, sweeps, "serial")
+    serial_cpu, text = _per_chain(serial)
+    print(f"serial (one process):            {serial_s:6.2f} s; {text}")
     began = time.perf_counter()
-    distributed.local_client(n_workers=2)
+    client = distributed.local_client(n_workers=2)
     print(f"local cluster start-up (2 workers): {time.perf_counter() - began:6.2f} s (reported separately)")
-    cluster_s, cluster = _run(start, sweeps, None)
-    print(f"local cluster (2 workers):       {cluster_s:6.2f} s")
+    workers = list(client.run(os.getpid).values())
+    workers_before = _process_cpu(workers)
+    cluster_s, cluster, here_cpu = _run(start, sweeps, None)
+    workers_cpu = _process_cpu(workers) - workers_before
+    cluster_cpu, text = _per_chain(cluster)
+    print(f"local cluster (2 workers):       {cluster_s:6.2f} s; {text} in workers, "
+          f"{sum(cluster_cpu) / sum(serial_cpu) - 1:+.0%} vs serial")
+    dask_in_workers = workers_cpu - sum(t.thread_cpu for t in cluster.timings)
+    print(f"  Dask's own CPU during the run: this process (client, scheduler, nannies) {here_cpu:.2f} s, "
+          f"the workers outside the chains' threads {dask_in_workers:.2f} s "
+          f"({(here_cpu + dask_in_workers) / cluster_s:.3f} of a core)")
     same = [t.score for t in serial.traces] == [t.score for t in cluster.traces] and serial.scores == cluster.scores
     print(f"same samples as serial: {same}")
     print(f"speed-up: {serial_s / cluster_s:.2f}x (target on 2 free cores: >= 1.6x)")

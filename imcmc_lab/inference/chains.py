@@ -21,7 +21,11 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import os
+import socket
+import time
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -31,7 +35,7 @@ from ..errors import AddressError
 from ..modeling.trace import Trace
 from .kernels import as_kernel
 
-__all__ = ["Chain", "run_chain", "recorder", "Recorder"]
+__all__ = ["Chain", "ChainTiming", "run_chain", "recorder", "Recorder"]
 
 
 def _to_numpy(value):
@@ -98,6 +102,29 @@ def _name(address):
     return "_".join(str(k) for k in address) if len(address) > 1 else str(address[0])
 
 
+class ChainTiming(NamedTuple):
+    """What one chain's last run cost: ``wall`` seconds, ``cpu`` seconds of the whole process
+    that ran it (``time.process_time``; on a Dask worker this includes the worker's own
+    threads while the chain ran), ``thread_cpu`` seconds of the thread that ran it, and the
+    ``process`` (``host:pid``). CPU time does not grow when other programs load the
+    machine, so it compares where chains ran better than wall time does."""
+
+    wall: float
+    cpu: float
+    thread_cpu: float
+    process: str
+
+    @staticmethod
+    def clock() -> tuple:
+        return time.perf_counter(), time.process_time(), time.thread_time()
+
+    @classmethod
+    def since(cls, clock) -> "ChainTiming":
+        """The cost from ``clock`` (a :meth:`clock` reading) until now."""
+        spent = (now - then for then, now in zip(clock, cls.clock()))
+        return cls(*spent, f"{socket.gethostname()}:{os.getpid()}")
+
+
 class Chain:
     """Samples of one or more chains.
 
@@ -108,7 +135,8 @@ class Chain:
     early (Ctrl-C, a stop, or an error); ``finished[c]`` whether chain ``c`` ran all
     the steps of its last run; ``errors`` ``{chain index: traceback text}`` of chains
     that raised (``run_chains``); ``seed`` the seed the chains were run with (None
-    when the caller seeded torch). ``len(chain)`` is the length of the shortest chain.
+    when the caller seeded torch); ``timings[c]`` a :class:`ChainTiming` of chain
+    ``c``'s last run (None if it did not run). ``len(chain)`` is the length of the shortest chain.
     """
 
     def __init__(self, n_chains=1):
@@ -121,6 +149,7 @@ class Chain:
         self.finished = [False] * n_chains
         self.errors = {}
         self.seed = None
+        self.timings = [None] * n_chains
 
     @property
     def n_chains(self):
@@ -286,17 +315,20 @@ def _run_one(kernel, chain, c, state, steps, thin, read, callback, bar):
     """Chain ``c``: ``steps`` steps from ``state``, recording every ``thin``-th."""
     chain.traces[c] = state
     chain.finished[c] = False
-    done_before = chain.steps_done[c]
-    for step in range(1, steps + 1):
-        state, _ = kernel(state)
-        chain.traces[c] = state
-        chain.steps_done[c] = done_before + step
-        if step % thin == 0:
-            chain.samples[c].append(read(state))
-            chain.scores[c].append(state.score)
-        if callback is not None:
-            callback(c, step, state)
-        bar.step(step)
+    done_before, began = chain.steps_done[c], ChainTiming.clock()
+    try:
+        for step in range(1, steps + 1):
+            state, _ = kernel(state)
+            chain.traces[c] = state
+            chain.steps_done[c] = done_before + step
+            if step % thin == 0:
+                chain.samples[c].append(read(state))
+                chain.scores[c].append(state.score)
+            if callback is not None:
+                callback(c, step, state)
+            bar.step(step)
+    finally:
+        chain.timings[c] = ChainTiming.since(began)
     chain.finished[c] = True
 
 

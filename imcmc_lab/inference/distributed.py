@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from ..errors import ImcmcError
-from .chains import Chain, run_chain
+from .chains import Chain, ChainTiming, run_chain
 from .involutive import MoveRecord
 from .kernels import as_kernel
 
@@ -176,18 +176,20 @@ class _Reporter:
 
 class _DaskSink:
     """Reports progress (and, with ``samples``, batches of samples as pickled bytes) from a
-    Dask worker as events on ``topic``; stops when the client sets the ``distributed.Event``
-    named ``topic + "-stop"``, and waits while the one named ``topic + "-pause"`` is set.
+    Dask worker as events on ``topic``, when the client listens (``listened``: a progress
+    bar or a live view); stops when the client sets the ``distributed.Event`` named
+    ``topic + "-stop"``, and waits while the one named ``topic + "-pause"`` is set.
     (The scheduler keeps the last ``distributed.admin.low-level-log-length`` events of a
     topic, so a long streamed run holds a bounded amount of memory there.)"""
 
-    def __init__(self, topic, samples=False):
-        self.topic, self.samples = topic, samples
+    def __init__(self, topic, samples=False, listened=True):
+        self.topic, self.samples, self.listened = topic, samples, listened or samples
 
     def __call__(self, index, step, batch=None):
         from distributed import Event, get_worker
 
-        get_worker().log_event(self.topic, [index, step] if batch is None else [index, step, dumps(batch)])
+        if self.listened:
+            get_worker().log_event(self.topic, [index, step] if batch is None else [index, step, dumps(batch)])
         stop, pause = Event(self.topic + "-stop"), Event(self.topic + "-pause")
         while pause.is_set() and not stop.is_set():     # paused: the chain waits on its worker
             time.sleep(REPORT_EVERY)
@@ -201,6 +203,7 @@ def _run_one(payload: bytes, index: int, seed: int, steps: int, thin: int, sink=
     place (``run_chain(chain=...)``) so an exception keeps what it collected.
     """
     with _CHAIN_LOCK, _seeded(seed), _one_torch_thread():
+        began = ChainTiming.clock()         # unpickling counts: a fresh worker imports the model here
         kernel, start, record = pickle.loads(payload)
         kernel = as_kernel(kernel)
         kernel.reset_stats()
@@ -219,6 +222,7 @@ def _run_one(payload: bytes, index: int, seed: int, steps: int, thin: int, sink=
         if reporter.part is not None:  # the last samples, for a live view
             sink(index, part.steps_done[0], reporter.batch())
         part.acceptance = kernel.acceptance()
+        part.timings[0] = ChainTiming.since(began)
         return dumps({"chain": part, "error": error})
 
 
@@ -242,14 +246,31 @@ def _warm_up():
     torch.set_num_threads(1)
 
 
+#: Dask settings of the embedded cluster. Chains are long tasks that nobody profiles (the
+#: dashboard is off), while Dask's defaults wake every process often: the worker's statistical
+#: profiler walks the chain's stack 100 times a second, and every server ticks its event loop
+#: every 20 ms. With the defaults, Dask's own processes used 0.08-0.15 of a core beside two
+#: running chains, and the chains' own threads took 25-45% more CPU; with these, 0.03-0.045
+#: (benchmarks/chains.py measures it).
+QUIET_CLUSTER = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",                # blocked-loop warnings still come after 3 s
+    "distributed.admin.system-monitor.interval": "2s",
+    "distributed.worker.memory.monitor-interval": "500ms",  # the nanny's memory guard (default 100 ms)
+}
+
+
 def local_client(n_workers=None, **cluster_options):
     """The embedded Dask client that ``run_chains(executor=None)`` uses: a ``LocalCluster``
     of processes with one thread each, one per available core unless ``n_workers`` says
-    otherwise; started on first use, reused, closed at interpreter exit."""
+    otherwise; started on first use, reused, closed at interpreter exit. It runs with
+    :data:`QUIET_CLUSTER`'s settings (no worker profiler, slow ticks); ``cluster_options``
+    go to ``LocalCluster``."""
     global _LOCAL_CLIENT
     if _LOCAL_CLIENT is not None and _LOCAL_CLIENT.status == "running":
         return _LOCAL_CLIENT
     try:
+        import dask
         from distributed import Client, LocalCluster
     except ImportError as exc:
         raise ImportError("run_chains needs Dask for parallel chains: pip install \"dask[distributed]\" "
@@ -258,7 +279,8 @@ def local_client(n_workers=None, **cluster_options):
         n_workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     options = dict(threads_per_worker=1, processes=True, dashboard_address=None)
     options.update(cluster_options)
-    cluster = LocalCluster(n_workers=n_workers, **options)
+    with dask.config.set(QUIET_CLUSTER):      # read by the scheduler, the nannies and (sent) the workers
+        cluster = LocalCluster(n_workers=n_workers, **options)
     _LOCAL_CLIENT = Client(cluster, set_as_default=False)
     _LOCAL_CLIENT.run(_warm_up)
     atexit.register(close_local_client)
@@ -411,9 +433,10 @@ def _run_on(executor, payloads, seeds, steps, thin, controls):
         from distributed import Event
 
         topic = f"imcmc-chains-{uuid.uuid4().hex}"
-        sink = _DaskSink(topic, samples=controls.samples)
+        sink = _DaskSink(topic, samples=controls.samples, listened=progress.bar is not None)
         stop, controls.dask_pause = Event(topic + "-stop", client=executor), Event(topic + "-pause", client=executor)
-        executor.subscribe_topic(topic, controls.on_event)
+        if sink.listened:
+            executor.subscribe_topic(topic, controls.on_event)
         unique = {id(p): p for p in payloads}
         shared = {key: executor.scatter(p, hash=False) for key, p in unique.items()}
         futures = [executor.submit(_run_one, shared[id(p)], i, seeds[i], steps, thin, sink, pure=False,
@@ -426,7 +449,7 @@ def _run_on(executor, payloads, seeds, steps, thin, controls):
     except KeyboardInterrupt:
         _stop(futures, stop)
     finally:
-        if dask:
+        if dask and sink.listened:
             executor.unsubscribe_topic(sink.topic)
     return [_outcome(f) for f in futures]
 
@@ -466,6 +489,7 @@ def _merge(outcomes, starts):
         part = result["chain"]
         chain.samples[index], chain.scores[index] = part.samples[0], part.scores[0]
         chain.traces[index], chain.steps_done[index] = part.traces[0], part.steps_done[0]
+        chain.timings[index] = part.timings[0]
         chain.interrupted = chain.interrupted or part.interrupted
         for name, (accepted, proposed) in part.acceptance.items():
             a, p = acceptance.get(name, (0, 0))
@@ -521,7 +545,8 @@ def run_chains(kernel, trace, steps: int, chains=None, executor=None, seed=None,
     :func:`~imcmc_lab.inference.chains.run_chain`. ``progress``: one combined bar.
 
     Returns a :class:`Chain` of all chains, with ``chain.finished[c]`` (chain ``c``
-    ran all its steps), ``chain.errors`` and ``chain.seed``. Ctrl-C keeps what every
+    ran all its steps), ``chain.errors``, ``chain.seed`` and ``chain.timings[c]`` (its
+    wall and CPU seconds and the process that ran it). Ctrl-C keeps what every
     chain collected (``chain.interrupted``). If a chain raises or its worker dies,
     the others still run to the end, then :class:`ChainsFailed` is raised with the
     whole result as ``err.chain``.
