@@ -4,24 +4,46 @@ A trace holds a generative function's arguments, its choices (each with its
 distribution and cached log-density), its sub-traces, its return value and its
 total score ``log p(choices)``. ``update`` and ``regenerate`` return *new*
 traces; the old one stays valid, so rejecting a move costs nothing.
+
+Immutable against in-place edits too. A trace hands out its own tensors
+(``trace["mu"] is trace.get_choices()["mu"]``), and a kept value is the same tensor in
+every trace ``update`` makes from it, so ``v = trace["mu"]; v += 50`` would change all of
+them while their cached densities stay. Copying on every read would cost a copy per read
+and break that sharing; instead a trace notes what it hands out (:class:`Loans`) and the
+engine refuses, with :class:`~imcmc_lab.errors.TraceChangedError`, to use a trace that
+holds a value changed in place since (see :meth:`Trace._lineage`).
 """
 
 from __future__ import annotations
 
+import operator
+import weakref
+
+import torch
+
 from ..core.address import did_you_mean, format_address, normalize_address
 from ..core.choicemap import ChoiceMap, as_selection
-from ..errors import AddressError
+from ..errors import AddressError, TraceChangedError
 
-__all__ = ["ChoiceRecord", "CallRecord", "Trace", "DynamicTrace"]
+__all__ = ["ChoiceRecord", "CallRecord", "Trace", "DynamicTrace", "Loans"]
+
+_VERSION = operator.attrgetter("_version")
 
 
 class ChoiceRecord:
-    """One random choice: its distribution, value and log-density (a float)."""
+    """One random choice: its distribution, value and log-density (a float).
 
-    __slots__ = ("dist", "value", "logpdf")
+    ``lent`` is set (True) when a trace first hands the value out, if it is a tensor
+    (see :class:`Loans`).
+    """
+
+    __slots__ = ("dist", "value", "logpdf", "lent", "__weakref__")
 
     def __init__(self, dist, value, logpdf):
         self.dist, self.value, self.logpdf = dist, value, logpdf
+
+    def __reduce__(self):           # a copy in another process has lent nothing yet
+        return ChoiceRecord, (self.dist, self.value, self.logpdf)
 
     @property
     def discrete(self) -> bool:
@@ -44,15 +66,144 @@ class CallRecord:
         return self.trace.score
 
 
+class Loans:
+    """What a lineage of traces has handed out: one trace and every trace that ``update``
+    and ``regenerate`` made from it, or from those (they share kept values by identity).
+
+    Four parallel lists, one item per tensor handed out: the tensor, its version counter
+    then, a weak reference to its owner -- the :class:`ChoiceRecord` holding it, or the
+    trace whose return value it is -- and its address. Checking is one C-level comparison
+    of the versions (:meth:`check`). The owners are held weakly so that what is checked
+    stays bounded by the live traces' choices, not by the length of a chain (values that a
+    chain or a user keeps are tensors, and keeping one keeps no entry): entries whose
+    owner died are dropped whenever the lists have doubled since the last pruning.
+    """
+
+    __slots__ = ("tensors", "versions", "owners", "addresses", "_prune_at")
+
+    def __init__(self):
+        self.tensors, self.versions, self.owners, self.addresses = [], [], [], []
+        self._prune_at = 64
+
+    def __len__(self):
+        return len(self.tensors)
+
+    def __reduce__(self):           # a copy in another process has lent nothing yet
+        return Loans, ()
+
+    def lend(self, owner, address, value):
+        """Note that ``value`` (``owner``'s) was handed out at ``address``; ``value``."""
+        if isinstance(value, torch.Tensor):
+            flag = "lent" if type(owner) is ChoiceRecord else "_retval_lent"
+            if getattr(owner, flag, None) is None:
+                setattr(owner, flag, True)
+                self.tensors.append(value)
+                self.versions.append(value._version)
+                self.owners.append(weakref.ref(owner))
+                self.addresses.append(address)
+                if len(self.tensors) >= self._prune_at:
+                    self._prune()
+        return value
+
+    def _prune(self):
+        alive = [i for i, ref in enumerate(self.owners) if ref() is not None]
+        for name in self.__slots__[:4]:
+            items = getattr(self, name)
+            setattr(self, name, [items[i] for i in alive])
+        self._prune_at = 2 * len(alive) + 64
+
+    def check(self, trace):
+        """Raise :class:`TraceChangedError` if a value ``trace`` holds was changed in place
+        after it was handed out."""
+        if list(map(_VERSION, self.tensors)) == self.versions:
+            return
+        dead = False
+        for tensor, version, ref, address in zip(self.tensors, self.versions, self.owners, self.addresses):
+            if tensor._version != version:
+                owner = ref()
+                if owner is None:
+                    dead = True
+                elif _holds(trace, address, owner):
+                    _changed(trace, address, "the value at" if type(owner) is ChoiceRecord
+                             else "the return value at")
+        if dead:
+            self._prune()
+
+
+def _holds(trace, address, owner) -> bool:
+    """Whether ``owner`` (a choice record, or a trace for its return value) is part of
+    ``trace`` at ``address``: lineages share records and sub-traces, not all of them."""
+    found = trace._resolve(address) if address else ("call", trace)
+    return found is not None and found[1] is owner
+
+
+def _changed(trace, address, what):
+    where = format_address(address) if address else "()"
+    change = f"trace.update({{{where}: new_value}})" if what == "the value at" else "trace.update(...)"
+    raise TraceChangedError(
+        f"{what} {where} in this trace of {trace.gen_fn.name} was changed in place after the trace "
+        f"handed it out: trace[{where}] is the trace's own tensor, shared with the traces made from "
+        f"it, so their cached log-densities no longer match their values. Traces are immutable: clone "
+        f"the value before changing it, v = trace[{where}].clone() (in a transform: v = read(...).clone()); "
+        f"to change a choice, use {change}.")
+
+
 class Trace:
     """Base class of traces. Subclasses provide ``_records`` (address -> record)."""
 
-    __slots__ = ("gen_fn", "args", "retval", "score", "_choices", "_flat")
+    __slots__ = ("gen_fn", "args", "retval", "score", "_choices", "_flat", "_loans", "_retval_lent",
+                 "__weakref__")
 
     def __init__(self, gen_fn, args, retval, score):
         self.gen_fn, self.args, self.retval, self.score = gen_fn, args, retval, score
         self._choices = None
         self._flat = None
+        self._loans = None          # this trace's lineage's Loans, made on first need
+
+    def __getstate__(self):
+        # the slots, less the bookkeeping of what was handed out (a copy has lent nothing)
+        state = {n: getattr(self, n) for c in type(self).__mro__ for n in getattr(c, "__slots__", ())
+                 if n not in ("__weakref__", "_retval_lent") and hasattr(self, n)}
+        state["_choices"] = state["_loans"] = None       # get_choices() lends when it builds
+        return None, state
+
+    # -- what the trace hands out (see Loans) -----------------------------
+    def _lineage(self) -> Loans:
+        """This trace's :class:`Loans`, after checking that no value this trace holds was
+        changed in place since it was handed out. The engine calls this before it uses a
+        trace (update, regenerate, differentiable scoring) and gives the result's trace
+        the same Loans: one attribute test when nothing was handed out."""
+        loans = self._loans
+        if loans is None:
+            loans = self._loans = Loans()
+        elif loans.tensors:
+            loans.check(self)
+        return loans
+
+    def _lend_record(self, address, record):
+        loans = self._loans if self._loans is not None else self._lineage()
+        return loans.lend(record, address, record.value)
+
+    def _lend_retval(self, address, owner):
+        """``owner.retval`` handed out (``owner``: this trace or a sub-trace at ``address``).
+        If a choice holds the same tensor (``return mu``), that choice is noted too, since
+        the traces made from this one share it."""
+        value = owner.retval
+        if not isinstance(value, torch.Tensor) or getattr(owner, "_retval_lent", None) is not None:
+            return value
+        loans = self._loans if self._loans is not None else self._lineage()
+        for sub, record in owner.flat_records().items():
+            if record.value is value:
+                loans.lend(record, address + sub, value)
+                break
+        return loans.lend(owner, address, value)
+
+    def _lend_addresses(self, addresses):
+        """Note the values at ``addresses`` (leaves of this trace) as handed out."""
+        for address in addresses:
+            found = self._resolve(address)
+            if found is not None and found[0] == "leaf":
+                self._lend_record(address, found[1])
 
     # -- records --------------------------------------------------------
     def _record_items(self):
@@ -97,15 +248,18 @@ class Trace:
     def __getitem__(self, address):
         """Value at a leaf; a sub-call's return value; a namespace's choices as a ChoiceMap.
 
-        ``trace[()]`` is the return value of the whole program.
+        ``trace[()]`` is the return value of the whole program. A tensor is the trace's own:
+        clone it before changing it in place (else the next update raises TraceChangedError).
         """
         address = normalize_address(address)
         if not address:
-            return self.retval
+            return self._lend_retval((), self)
         found = self._resolve(address)
         if found is not None:
             kind, target = found
-            return target.value if kind == "leaf" else target.retval
+            if kind == "leaf":
+                return self._lend_record(address, target)
+            return self._lend_retval(address, target)
         choices = self.get_choices()
         if choices.has_submap(address):
             return choices.get_submap(address)
@@ -121,8 +275,11 @@ class Trace:
     def get_choices(self) -> ChoiceMap:
         """All random choices as a :class:`ChoiceMap` (cached; traces are immutable)."""
         if self._choices is None:
-            self._choices = ChoiceMap._from_flat(
-                {a: r.value for a, r in self.flat_records().items()})
+            flat = self.flat_records()
+            self._choices = ChoiceMap._from_flat({a: r.value for a, r in flat.items()})
+            lend = (self._loans if self._loans is not None else self._lineage()).lend
+            for address, record in flat.items():
+                lend(record, address, record.value)
         return self._choices
 
     @property
@@ -133,7 +290,7 @@ class Trace:
         return self.args
 
     def get_retval(self):
-        return self.retval
+        return self._lend_retval((), self)
 
     def get_score(self) -> float:
         return self.score
@@ -152,7 +309,8 @@ class Trace:
 
     def update_detailed(self, constraints=None, args=None, *, strict=True):
         """``update`` with everything it learned, as a :class:`~imcmc_lab.modeling.Result`:
-        ``.trace``, ``.weight``, ``.discard`` (``{address: old value}``) and ``.fresh`` (the
+        ``.trace``, ``.weight``, ``.discard`` (``{address: old value}``: this trace's own tensors,
+        unchecked unlike ``update``'s, so clone one before changing it) and ``.fresh`` (the
         addresses sampled from their prior because nothing gave them a value). With
         ``strict=False`` a constraint at an address the new execution never visits is
         listed in ``.unvisited`` instead of raising :class:`~imcmc_lab.errors.ConstraintError`."""
