@@ -11,12 +11,16 @@ every trace ``update`` makes from it, so ``v = trace["mu"]; v += 50`` would chan
 them while their cached densities stay. Copying on every read would cost a copy per read
 and break that sharing; instead a trace notes what it hands out (:class:`Loans`) and the
 engine refuses, with :class:`~imcmc_lab.errors.TraceChangedError`, to use a trace that
-holds a value changed in place since (see :meth:`Trace._lineage`).
+holds a value changed in place since (see :meth:`Trace._lineage`). Not covered: a
+program body changing a value it got from ``dist @ address`` in place, ``trace.args``,
+``update_detailed``'s discard, and writes through a NumPy view (``.numpy()`` shares the
+memory but not torch's version counter).
 """
 
 from __future__ import annotations
 
 import operator
+import threading
 import weakref
 
 import torch
@@ -28,6 +32,7 @@ from ..errors import AddressError, TraceChangedError
 __all__ = ["ChoiceRecord", "CallRecord", "Trace", "DynamicTrace", "Loans"]
 
 _VERSION = operator.attrgetter("_version")
+_LENDING = threading.Lock()
 
 
 class ChoiceRecord:
@@ -70,23 +75,25 @@ class Loans:
     """What a lineage of traces has handed out: one trace and every trace that ``update``
     and ``regenerate`` made from it, or from those (they share kept values by identity).
 
-    Four parallel lists, one item per tensor handed out: the tensor, its version counter
-    then, a weak reference to its owner -- the :class:`ChoiceRecord` holding it, or the
-    trace whose return value it is -- and its address. Checking is one C-level comparison
-    of the versions (:meth:`check`). The owners are held weakly so that what is checked
-    stays bounded by the live traces' choices, not by the length of a chain (values that a
-    chain or a user keeps are tensors, and keeping one keeps no entry): entries whose
-    owner died are dropped whenever the lists have doubled since the last pruning.
+    ``lists`` holds four parallel lists, one item per tensor handed out: the tensor, its
+    version counter then, a weak reference to its owner -- the :class:`ChoiceRecord`
+    holding it, or the trace whose return value it is -- and its address. Checking is one
+    C-speed comparison of the versions (:meth:`check`). Owners are held weakly so that what
+    is checked stays bounded by the live traces' choices, not by the length of a chain
+    (the values a chain or a user keeps are tensors, and keeping one keeps no entry):
+    entries whose owner died are dropped whenever the lists have doubled since the last
+    pruning. Appending and pruning hold a lock (chains started from one trace share its
+    Loans); pruning replaces the tuple of lists at once, so a check sees one consistent set.
     """
 
-    __slots__ = ("tensors", "versions", "owners", "addresses", "_prune_at")
+    __slots__ = ("lists", "_prune_at")
 
     def __init__(self):
-        self.tensors, self.versions, self.owners, self.addresses = [], [], [], []
+        self.lists = ([], [], [], [])
         self._prune_at = 64
 
     def __len__(self):
-        return len(self.tensors)
+        return len(self.lists[0])
 
     def __reduce__(self):           # a copy in another process has lent nothing yet
         return Loans, ()
@@ -97,28 +104,29 @@ class Loans:
             flag = "lent" if type(owner) is ChoiceRecord else "_retval_lent"
             if getattr(owner, flag, None) is None:
                 setattr(owner, flag, True)
-                self.tensors.append(value)
-                self.versions.append(value._version)
-                self.owners.append(weakref.ref(owner))
-                self.addresses.append(address)
-                if len(self.tensors) >= self._prune_at:
-                    self._prune()
+                with _LENDING:
+                    tensors, versions, owners, addresses = self.lists
+                    tensors.append(value)
+                    versions.append(value._version)
+                    owners.append(weakref.ref(owner))
+                    addresses.append(address)
+                    if len(tensors) >= self._prune_at:
+                        self._prune()
         return value
 
     def _prune(self):
-        alive = [i for i, ref in enumerate(self.owners) if ref() is not None]
-        for name in self.__slots__[:4]:
-            items = getattr(self, name)
-            setattr(self, name, [items[i] for i in alive])
+        alive = [i for i, ref in enumerate(self.lists[2]) if ref() is not None]
+        self.lists = tuple([items[i] for i in alive] for items in self.lists)
         self._prune_at = 2 * len(alive) + 64
 
     def check(self, trace):
         """Raise :class:`TraceChangedError` if a value ``trace`` holds was changed in place
         after it was handed out."""
-        if list(map(_VERSION, self.tensors)) == self.versions:
+        lists = self.lists
+        if list(map(_VERSION, lists[0])) == lists[1]:
             return
         dead = False
-        for tensor, version, ref, address in zip(self.tensors, self.versions, self.owners, self.addresses):
+        for tensor, version, ref, address in zip(*lists):
             if tensor._version != version:
                 owner = ref()
                 if owner is None:
@@ -127,7 +135,8 @@ class Loans:
                     _changed(trace, address, "the value at" if type(owner) is ChoiceRecord
                              else "the return value at")
         if dead:
-            self._prune()
+            with _LENDING:
+                self._prune()
 
 
 def _holds(trace, address, owner) -> bool:
@@ -176,7 +185,7 @@ class Trace:
         loans = self._loans
         if loans is None:
             loans = self._loans = Loans()
-        elif loans.tensors:
+        elif loans.lists[0]:
             loans.check(self)
         return loans
 
