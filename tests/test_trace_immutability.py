@@ -159,3 +159,38 @@ def test_an_involutive_move_refuses_a_changed_trace_and_a_clean_one_moves():
     new["mu"].mul_(3.0)
     with pytest.raises(il.errors.TraceChangedError, match="'mu'"):
         il.involutive_mcmc(new, None, (), negate)
+
+
+@il.gen
+def _element(x, slope):
+    return il.normal(slope * x, 1.0) @ "y"
+
+
+@il.gen
+def _regression(xs):
+    slope = il.normal(0.0, 2.0) @ "slope"
+    return il.Map(_element)(xs, [slope] * len(xs)) @ "data"
+
+
+def test_a_map_element_value_edited_through_a_return_value_list_is_refused():
+    torch.manual_seed(0)
+    trace = _regression.simulate([0.5, 1.0, 2.0])
+    new, _, _ = trace.update({"slope": 0.3})          # the elements keep their "y"
+    ys = new["data"]                                  # the Map's return value: a list of tensors
+    ys[1] += 10.0                                     # in place on element 1's "y"
+    for used in (trace, new):
+        with pytest.raises(il.errors.TraceChangedError, match=r"\('data', 1, 'y'\)"):
+            used.update({"slope": 0.1})
+
+
+def test_a_value_re_scored_by_update_stays_protected_after_the_lending_trace_is_gone():
+    import gc
+    torch.manual_seed(0)
+    trace = _regression.simulate([0.5, 1.0, 2.0])
+    y = trace["data", 1, "y"]                         # lent by ``trace``
+    new, _, _ = trace.update({"slope": 0.3})          # re-scores "y": a new record, same tensor
+    del trace
+    gc.collect()                                      # the lending record is gone
+    y.add_(10.0)
+    with pytest.raises(il.errors.TraceChangedError, match=r"\('data', 1, 'y'\)"):
+        new.update({"slope": 0.1})

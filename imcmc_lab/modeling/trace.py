@@ -86,10 +86,11 @@ class Loans:
     Loans); pruning replaces the tuple of lists at once, so a check sees one consistent set.
     """
 
-    __slots__ = ("lists", "_prune_at")
+    __slots__ = ("lists", "_ids", "_prune_at")
 
     def __init__(self):
         self.lists = ([], [], [], [])
+        self._ids = set()           # id() of the tensors in lists[0] (held there, so unique)
         self._prune_at = 64
 
     def __len__(self):
@@ -98,25 +99,33 @@ class Loans:
     def __reduce__(self):           # a copy in another process has lent nothing yet
         return Loans, ()
 
-    def lend(self, owner, address, value):
-        """Note that ``value`` (``owner``'s) was handed out at ``address``; ``value``."""
+    def lend(self, owner, address, value, trace=None):
+        """Note that ``value`` (``owner``'s) was handed out at ``address`` by ``trace``; ``value``."""
         if isinstance(value, torch.Tensor):
             flag = "lent" if type(owner) is ChoiceRecord else "_retval_lent"
             if getattr(owner, flag, None) is None:
                 setattr(owner, flag, True)
+                if id(value) in self._ids:      # a re-scored kept value: its entry stays
+                    return value
                 with _LENDING:
                     tensors, versions, owners, addresses = self.lists
                     tensors.append(value)
                     versions.append(value._version)
                     owners.append(weakref.ref(owner))
                     addresses.append(address)
+                    self._ids.add(id(value))
                     if len(tensors) >= self._prune_at:
-                        self._prune()
+                        self._prune(trace)
         return value
 
-    def _prune(self):
-        alive = [i for i, ref in enumerate(self.lists[2]) if ref() is not None]
+    def _prune(self, trace):
+        """Drop the entries whose owner died, unless ``trace`` still holds the tensor (an
+        update that re-scores a kept value wraps the same tensor in a new record)."""
+        tensors, _, owners, addresses = self.lists
+        alive = [i for i, ref in enumerate(owners) if ref() is not None
+                 or (trace is not None and _held_as(trace, addresses[i], tensors[i]))]
         self.lists = tuple([items[i] for i in alive] for items in self.lists)
+        self._ids = set(map(id, self.lists[0]))
         self._prune_at = 2 * len(alive) + 64
 
     def check(self, trace):
@@ -128,22 +137,35 @@ class Loans:
         dead = False
         for tensor, version, ref, address in zip(*lists):
             if tensor._version != version:
-                owner = ref()
-                if owner is None:
-                    dead = True
-                elif _holds(trace, address, owner):
-                    _changed(trace, address, "the value at" if type(owner) is ChoiceRecord
-                             else "the return value at")
+                held = _held_as(trace, address, tensor)
+                if held:
+                    _changed(trace, address, held)
+                dead = dead or ref() is None
         if dead:
             with _LENDING:
-                self._prune()
+                self._prune(trace)
 
 
-def _holds(trace, address, owner) -> bool:
-    """Whether ``owner`` (a choice record, or a trace for its return value) is part of
-    ``trace`` at ``address``: lineages share records and sub-traces, not all of them."""
+def _held_as(trace, address, tensor):
+    """How ``trace`` holds ``tensor`` at ``address`` -- "the value at" (a choice) or "the
+    return value at" -- or None. By identity of the tensor, not of its owner: an update that
+    re-scores a kept value wraps the same tensor in a new record."""
     found = trace._resolve(address) if address else ("call", trace)
-    return found is not None and found[1] is owner
+    if found is None:
+        return None
+    kind, target = found
+    if kind == "leaf":
+        return "the value at" if target.value is tensor else None
+    return "the return value at" if target.retval is tensor else None
+
+
+def _tensors_in(value) -> list:
+    """The tensor ``value``, or the tensors in a list or tuple ``value`` (one level)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if type(value) in (list, tuple):
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    return []
 
 
 def _changed(trace, address, what):
@@ -191,21 +213,25 @@ class Trace:
 
     def _lend_record(self, address, record):
         loans = self._loans if self._loans is not None else self._lineage()
-        return loans.lend(record, address, record.value)
+        return loans.lend(record, address, record.value, self)
 
     def _lend_retval(self, address, owner):
         """``owner.retval`` handed out (``owner``: this trace or a sub-trace at ``address``).
-        If a choice holds the same tensor (``return mu``), that choice is noted too, since
-        the traces made from this one share it."""
+        Choices holding the same tensor (``return mu``; a Map's list of its elements' return
+        values) are noted too, since the traces made from this one share them."""
         value = owner.retval
-        if not isinstance(value, torch.Tensor) or getattr(owner, "_retval_lent", None) is not None:
+        tensors = _tensors_in(value)
+        if not tensors or getattr(owner, "_retval_lent", None) is not None:
             return value
         loans = self._loans if self._loans is not None else self._lineage()
+        wanted = set(map(id, tensors))
         for sub, record in owner.flat_records().items():
-            if record.value is value:
-                loans.lend(record, address + sub, value)
-                break
-        return loans.lend(owner, address, value)
+            if id(record.value) in wanted:
+                loans.lend(record, address + sub, record.value, self)
+        if len(tensors) == 1 and tensors[0] is value:
+            return loans.lend(owner, address, value, self)
+        owner._retval_lent = True       # a list: its tensors that are choices are noted
+        return value
 
     def _lend_addresses(self, addresses):
         """Note the values at ``addresses`` (leaves of this trace) as handed out."""
@@ -288,7 +314,7 @@ class Trace:
             self._choices = ChoiceMap._from_flat({a: r.value for a, r in flat.items()})
             lend = (self._loans if self._loans is not None else self._lineage()).lend
             for address, record in flat.items():
-                lend(record, address, record.value)
+                lend(record, address, record.value, self)
         return self._choices
 
     @property
