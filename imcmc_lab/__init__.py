@@ -12,7 +12,7 @@ from .core.distributions import (Distribution, bernoulli, beta, categorical, dir
                                  poisson_plus_one, uniform, uniform_discrete)
 from .errors import (AddressError, ConstraintError, DimensionError, DistributionError,
                      DuplicateAddressError, ImcmcError, InvolutionCheckError, LabelError,
-                     TransformError)
+                     TraceChangedError, TransformError)
 from .modeling import (GenerativeFunction, Map, Trace, Unfold, count_work, gen)
 from .transform import (Transform, apply_transform, check_involution, continuous, copy, discrete, exists,
                         involution_from_bijections, pair_bijections, read, tcall, transform, write)

@@ -24,6 +24,10 @@ class DistributionError(ImcmcError, ValueError):
     """Invalid distribution parameters, or a NaN log-density, at an address."""
 
 
+class TraceChangedError(ImcmcError):
+    """A value a trace handed out (``v = trace["mu"]``) was changed in place afterwards."""
+
+
 class TransformError(ImcmcError):
     """A trace transform broke a rule of the transform language."""
 

@@ -31,7 +31,9 @@ import numpy as np
 import torch
 
 from ..core.address import did_you_mean, format_address, normalize_address
+from ..core.choicemap import ChoiceMap
 from ..errors import AddressError
+from ..modeling.runtime import owned
 from ..modeling.trace import Trace
 from .kernels import as_kernel
 
@@ -69,22 +71,37 @@ class Recorder:
         self.found = set()
 
     def __call__(self, trace) -> dict:
+        """What to record of ``trace``: copies (a sample's tensors are its own, so changing
+        one in place changes no other sample and no trace)."""
         if self.items is None:
-            return self._function(trace)
+            return {name: _own(value) for name, value in self._function(trace).items()}
         out = {}
         for name, what in self.items:
             if callable(what):
-                out[name] = what(trace)
+                out[name] = _own(what(trace))
+                continue
+            record = trace.choice_record(what)      # a choice: copied, so not lent (see Trace)
+            if record is not None:
+                out[name] = _own(record.value)
             elif what in trace:
-                out[name] = trace[what]
-                self.found.add(name)
+                out[name] = _own(trace[what])
             else:
                 out[name] = math.nan
+                continue
+            self.found.add(name)
         return out
 
     def never_found(self) -> list:
         """``(name, address)`` of the address entries found in no trace so far."""
         return [(n, a) for n, a in self.items or () if not callable(a) and n not in self.found]
+
+
+def _own(value):
+    if type(value) is torch.Tensor:
+        return value.clone()
+    if isinstance(value, ChoiceMap):
+        return ChoiceMap._from_flat({address: owned(v) for address, v in value.items()})
+    return owned(value)
 
 
 def recorder(record) -> Recorder:

@@ -84,18 +84,28 @@ class GenerativeFunction:
         """``log p(choices)``, or ``-inf`` unless the choices are exactly a trace of the program."""
         return runtime.assess(self, args, choices)
 
+    # Each use of a trace first checks that no value it handed out was changed in place
+    # (``trace._lineage()``, see trace.py), and the new trace joins the same lineage.
     def update(self, trace, constraints=None, args=None):
         """``trace.update(constraints, args)``: ``(new_trace, log_weight, discard)``."""
-        result = runtime.update(trace, constraints, args)
+        result = self.update_detailed(trace, constraints, args)
+        if result.discard:
+            trace._lend_addresses(result.discard)      # the old values: still ``trace``'s
         return result.trace, result.weight, ChoiceMap._from_flat(result.discard or {})
 
     def update_detailed(self, trace, constraints=None, args=None, *, strict=True):
         """``trace.update_detailed(constraints, args, strict=strict)``: the full Result."""
-        return runtime.update(trace, constraints, args, strict)
+        loans = trace._lineage()
+        result = runtime.update(trace, constraints, args, strict)
+        result.trace._loans = loans
+        return result
 
     def regenerate(self, trace, selection, args=None):
         """``trace.regenerate(selection, args)``: ``(new_trace, log_weight)``."""
-        return runtime.regenerate(trace, selection, args)
+        loans = trace._lineage()
+        new, weight = runtime.regenerate(trace, selection, args)
+        new._loans = loans
+        return new, weight
 
     def _execute(self, request):
         raise NotImplementedError

@@ -146,6 +146,7 @@ def differentiable_score(trace, values: dict):
     """``log p`` of ``trace`` with ``values`` (address -> tensor) substituted, as a
     differentiable tensor. Re-scores every choice (no caching), so gradients with
     respect to the substituted tensors flow through every density they affect."""
+    trace._lineage()                # raises if a value it handed out was changed in place
     flat = dict(trace.get_choices().items())
     for address, value in values.items():
         address = normalize_address(address)

@@ -4,24 +4,51 @@ A trace holds a generative function's arguments, its choices (each with its
 distribution and cached log-density), its sub-traces, its return value and its
 total score ``log p(choices)``. ``update`` and ``regenerate`` return *new*
 traces; the old one stays valid, so rejecting a move costs nothing.
+
+Immutable against in-place edits too. A trace hands out its own tensors
+(``trace["mu"] is trace.get_choices()["mu"]``), and a kept value is the same tensor in
+every trace ``update`` makes from it, so ``v = trace["mu"]; v += 50`` would change all of
+them while their cached densities stay. Copying on every read would cost a copy per read
+and break that sharing; instead a trace notes what it hands out (:class:`Loans`) and the
+engine refuses, with :class:`~imcmc_lab.errors.TraceChangedError`, to use a trace that
+holds a value changed in place since (see :meth:`Trace._lineage`). Not covered: a
+program body changing a value it got from ``dist @ address`` in place, ``trace.args``,
+``update_detailed``'s discard, and writes through a NumPy view (``.numpy()`` shares the
+memory but not torch's version counter).
 """
 
 from __future__ import annotations
 
+import operator
+import threading
+import weakref
+
+import torch
+
 from ..core.address import did_you_mean, format_address, normalize_address
 from ..core.choicemap import ChoiceMap, as_selection
-from ..errors import AddressError
+from ..errors import AddressError, TraceChangedError
 
-__all__ = ["ChoiceRecord", "CallRecord", "Trace", "DynamicTrace"]
+__all__ = ["ChoiceRecord", "CallRecord", "Trace", "DynamicTrace", "Loans"]
+
+_VERSION = operator.attrgetter("_version")
+_LENDING = threading.Lock()
 
 
 class ChoiceRecord:
-    """One random choice: its distribution, value and log-density (a float)."""
+    """One random choice: its distribution, value and log-density (a float).
 
-    __slots__ = ("dist", "value", "logpdf")
+    ``lent`` is set (True) when a trace first hands the value out, if it is a tensor
+    (see :class:`Loans`).
+    """
+
+    __slots__ = ("dist", "value", "logpdf", "lent", "__weakref__")
 
     def __init__(self, dist, value, logpdf):
         self.dist, self.value, self.logpdf = dist, value, logpdf
+
+    def __reduce__(self):           # a copy in another process has lent nothing yet
+        return ChoiceRecord, (self.dist, self.value, self.logpdf)
 
     @property
     def discrete(self) -> bool:
@@ -44,15 +71,174 @@ class CallRecord:
         return self.trace.score
 
 
+class Loans:
+    """What a lineage of traces has handed out: one trace and every trace that ``update``
+    and ``regenerate`` made from it, or from those (they share kept values by identity).
+
+    ``lists`` holds four parallel lists, one item per tensor handed out: the tensor, its
+    version counter then, a weak reference to its owner -- the :class:`ChoiceRecord`
+    holding it, or the trace whose return value it is -- and its address. Checking is one
+    C-speed comparison of the versions (:meth:`check`). Owners are held weakly so that what
+    is checked stays bounded by the live traces' choices, not by the length of a chain
+    (the values a chain or a user keeps are tensors, and keeping one keeps no entry):
+    entries whose owner died are dropped whenever the lists have doubled since the last
+    pruning. Appending and pruning hold a lock (chains started from one trace share its
+    Loans); pruning replaces the tuple of lists at once, so a check sees one consistent set.
+    """
+
+    __slots__ = ("lists", "_ids", "_prune_at")
+
+    def __init__(self):
+        self.lists = ([], [], [], [])
+        self._ids = set()           # id() of the tensors in lists[0] (held there, so unique)
+        self._prune_at = 64
+
+    def __len__(self):
+        return len(self.lists[0])
+
+    def __reduce__(self):           # a copy in another process has lent nothing yet
+        return Loans, ()
+
+    def lend(self, owner, address, value, trace=None):
+        """Note that ``value`` (``owner``'s) was handed out at ``address`` by ``trace``; ``value``."""
+        if isinstance(value, torch.Tensor):
+            flag = "lent" if type(owner) is ChoiceRecord else "_retval_lent"
+            if getattr(owner, flag, None) is None:
+                setattr(owner, flag, True)
+                if id(value) in self._ids:      # a re-scored kept value: its entry stays
+                    return value
+                with _LENDING:
+                    tensors, versions, owners, addresses = self.lists
+                    tensors.append(value)
+                    versions.append(value._version)
+                    owners.append(weakref.ref(owner))
+                    addresses.append(address)
+                    self._ids.add(id(value))
+                    if len(tensors) >= self._prune_at:
+                        self._prune(trace)
+        return value
+
+    def _prune(self, trace):
+        """Drop the entries whose owner died, unless ``trace`` still holds the tensor (an
+        update that re-scores a kept value wraps the same tensor in a new record)."""
+        tensors, _, owners, addresses = self.lists
+        alive = [i for i, ref in enumerate(owners) if ref() is not None
+                 or (trace is not None and _held_as(trace, addresses[i], tensors[i]))]
+        self.lists = tuple([items[i] for i in alive] for items in self.lists)
+        self._ids = set(map(id, self.lists[0]))
+        self._prune_at = 2 * len(alive) + 64
+
+    def check(self, trace):
+        """Raise :class:`TraceChangedError` if a value ``trace`` holds was changed in place
+        after it was handed out."""
+        lists = self.lists
+        if list(map(_VERSION, lists[0])) == lists[1]:
+            return
+        dead = False
+        for tensor, version, ref, address in zip(*lists):
+            if tensor._version != version:
+                held = _held_as(trace, address, tensor)
+                if held:
+                    _changed(trace, address, held)
+                dead = dead or ref() is None
+        if dead:
+            with _LENDING:
+                self._prune(trace)
+
+
+def _held_as(trace, address, tensor):
+    """How ``trace`` holds ``tensor`` at ``address`` -- "the value at" (a choice) or "the
+    return value at" -- or None. By identity of the tensor, not of its owner: an update that
+    re-scores a kept value wraps the same tensor in a new record."""
+    found = trace._resolve(address) if address else ("call", trace)
+    if found is None:
+        return None
+    kind, target = found
+    if kind == "leaf":
+        return "the value at" if target.value is tensor else None
+    return "the return value at" if target.retval is tensor else None
+
+
+def _tensors_in(value) -> list:
+    """The tensor ``value``, or the tensors in a list or tuple ``value`` (one level)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if type(value) in (list, tuple):
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    return []
+
+
+def _changed(trace, address, what):
+    where = format_address(address) if address else "()"
+    change = f"trace.update({{{where}: new_value}})" if what == "the value at" else "trace.update(...)"
+    raise TraceChangedError(
+        f"{what} {where} in this trace of {trace.gen_fn.name} was changed in place after the trace "
+        f"handed it out: trace[{where}] is the trace's own tensor, shared with the traces made from "
+        f"it, so their cached log-densities no longer match their values. Traces are immutable: clone "
+        f"the value before changing it, v = trace[{where}].clone() (in a transform: v = read(...).clone()); "
+        f"to change a choice, use {change}.")
+
+
 class Trace:
     """Base class of traces. Subclasses provide ``_records`` (address -> record)."""
 
-    __slots__ = ("gen_fn", "args", "retval", "score", "_choices", "_flat")
+    __slots__ = ("gen_fn", "args", "retval", "score", "_choices", "_flat", "_loans", "_retval_lent",
+                 "__weakref__")
 
     def __init__(self, gen_fn, args, retval, score):
         self.gen_fn, self.args, self.retval, self.score = gen_fn, args, retval, score
         self._choices = None
         self._flat = None
+        self._loans = None          # this trace's lineage's Loans, made on first need
+
+    def __getstate__(self):
+        # the slots, less the bookkeeping of what was handed out (a copy has lent nothing)
+        state = {n: getattr(self, n) for c in type(self).__mro__ for n in getattr(c, "__slots__", ())
+                 if n not in ("__weakref__", "_retval_lent") and hasattr(self, n)}
+        state["_choices"] = state["_loans"] = None       # get_choices() lends when it builds
+        return None, state
+
+    # -- what the trace hands out (see Loans) -----------------------------
+    def _lineage(self) -> Loans:
+        """This trace's :class:`Loans`, after checking that no value this trace holds was
+        changed in place since it was handed out. The engine calls this before it uses a
+        trace (update, regenerate, differentiable scoring) and gives the result's trace
+        the same Loans: one attribute test when nothing was handed out."""
+        loans = self._loans
+        if loans is None:
+            loans = self._loans = Loans()
+        elif loans.lists[0]:
+            loans.check(self)
+        return loans
+
+    def _lend_record(self, address, record):
+        loans = self._loans if self._loans is not None else self._lineage()
+        return loans.lend(record, address, record.value, self)
+
+    def _lend_retval(self, address, owner):
+        """``owner.retval`` handed out (``owner``: this trace or a sub-trace at ``address``).
+        Choices holding the same tensor (``return mu``; a Map's list of its elements' return
+        values) are noted too, since the traces made from this one share them."""
+        value = owner.retval
+        tensors = _tensors_in(value)
+        if not tensors or getattr(owner, "_retval_lent", None) is not None:
+            return value
+        loans = self._loans if self._loans is not None else self._lineage()
+        wanted = set(map(id, tensors))
+        for sub, record in owner.flat_records().items():
+            if id(record.value) in wanted:
+                loans.lend(record, address + sub, record.value, self)
+        if len(tensors) == 1 and tensors[0] is value:
+            return loans.lend(owner, address, value, self)
+        owner._retval_lent = True       # a list: its tensors that are choices are noted
+        return value
+
+    def _lend_addresses(self, addresses):
+        """Note the values at ``addresses`` (leaves of this trace) as handed out."""
+        for address in addresses:
+            found = self._resolve(address)
+            if found is not None and found[0] == "leaf":
+                self._lend_record(address, found[1])
 
     # -- records --------------------------------------------------------
     def _record_items(self):
@@ -97,15 +283,18 @@ class Trace:
     def __getitem__(self, address):
         """Value at a leaf; a sub-call's return value; a namespace's choices as a ChoiceMap.
 
-        ``trace[()]`` is the return value of the whole program.
+        ``trace[()]`` is the return value of the whole program. A tensor is the trace's own:
+        clone it before changing it in place (else the next update raises TraceChangedError).
         """
         address = normalize_address(address)
         if not address:
-            return self.retval
+            return self._lend_retval((), self)
         found = self._resolve(address)
         if found is not None:
             kind, target = found
-            return target.value if kind == "leaf" else target.retval
+            if kind == "leaf":
+                return self._lend_record(address, target)
+            return self._lend_retval(address, target)
         choices = self.get_choices()
         if choices.has_submap(address):
             return choices.get_submap(address)
@@ -121,8 +310,11 @@ class Trace:
     def get_choices(self) -> ChoiceMap:
         """All random choices as a :class:`ChoiceMap` (cached; traces are immutable)."""
         if self._choices is None:
-            self._choices = ChoiceMap._from_flat(
-                {a: r.value for a, r in self.flat_records().items()})
+            flat = self.flat_records()
+            self._choices = ChoiceMap._from_flat({a: r.value for a, r in flat.items()})
+            lend = (self._loans if self._loans is not None else self._lineage()).lend
+            for address, record in flat.items():
+                lend(record, address, record.value, self)
         return self._choices
 
     @property
@@ -133,7 +325,7 @@ class Trace:
         return self.args
 
     def get_retval(self):
-        return self.retval
+        return self._lend_retval((), self)
 
     def get_score(self) -> float:
         return self.score
@@ -152,7 +344,8 @@ class Trace:
 
     def update_detailed(self, constraints=None, args=None, *, strict=True):
         """``update`` with everything it learned, as a :class:`~imcmc_lab.modeling.Result`:
-        ``.trace``, ``.weight``, ``.discard`` (``{address: old value}``) and ``.fresh`` (the
+        ``.trace``, ``.weight``, ``.discard`` (``{address: old value}``: this trace's own tensors,
+        unchecked unlike ``update``'s, so clone one before changing it) and ``.fresh`` (the
         addresses sampled from their prior because nothing gave them a value). With
         ``strict=False`` a constraint at an address the new execution never visits is
         listed in ``.unvisited`` instead of raising :class:`~imcmc_lab.errors.ConstraintError`."""

@@ -188,6 +188,10 @@ class _Interpreter:
             )
         if label is discrete:
             value = record.value
+            if isinstance(value, torch.Tensor):
+                # the trace's own tensor: an in-place change is caught when the trace is
+                # used next (see modeling/trace.py, Loans)
+                trace._lend_record(ref.address, record)
             self.run.reads[key] = Read(ref.handle.side, ref.address, label, value, None, line)
             return value
         leaf, tracked = self.backend.leaf(record)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 
+from imcmc_lab.errors import TraceChangedError
+
 from . import Case
 
 CASES: list[Case] = [
@@ -25,6 +27,77 @@ def _gen_on_builtin():
 
     return il.gen(len)
 
+
+def _observed():
+    """A trace of ``mu ~ normal(0, 1); x ~ iid(normal(mu, 1), 3)`` that returns ``mu``."""
+    import torch
+
+    import imcmc_lab as il
+
+    @il.gen
+    def two(xs):
+        mu = il.normal(0.0, 1.0) @ "mu"
+        il.iid(il.normal(mu, 1.0), len(xs)) @ "x"
+        return mu
+
+    xs = torch.tensor([0.5, -0.2, 1.0], dtype=torch.float64)
+    return two.generate((xs,), {"x": xs, "mu": 0.3})[0]
+
+
+def _plus_equals_then_update():
+    trace = _observed()
+    v = trace["mu"]
+    v += 50                                  # in place: a 0-d tensor
+    trace.update({"x": [0.0, 0.0, 0.0]})
+
+
+def _element_assigned_then_update():
+    trace = _observed()
+    trace["x"][0] = 3.0
+    trace.update({"mu": 0.5})
+
+
+def _mul_then_regenerate():
+    trace = _observed()
+    trace["mu"].mul_(2.0)
+    trace.regenerate("mu")
+
+
+def _choices_edited_then_update_of_a_sharing_trace():
+    trace = _observed()
+    new, _, _ = trace.update({})             # keeps every value: shares them with trace
+    trace.get_choices()["x"].mul_(2.0)
+    new.update({"mu": 0.5})
+
+
+def _retval_edited_then_update():
+    trace = _observed()
+    trace.get_retval().add_(1.0)             # the program returns mu: the same tensor
+    trace.update({})
+
+
+def _edited_then_differentiable_score():
+    import imcmc_lab as il
+
+    trace = _observed()
+    trace["mu"].sub_(1.0)
+    il.differentiable_score(trace, {})
+
+
+_CHANGED = ("changed in place", "clone()")
+
+CASES += [
+    # issue 16 item 1: a value a trace handed out, changed in place, changed the trace silently
+    Case("trace-value-plus-equals", _plus_equals_then_update, TraceChangedError, ("'mu'",) + _CHANGED),
+    Case("trace-vector-element-assigned", _element_assigned_then_update, TraceChangedError,
+         ("'x'",) + _CHANGED),
+    Case("trace-value-mul_-then-regenerate", _mul_then_regenerate, TraceChangedError, ("'mu'",) + _CHANGED),
+    Case("trace-choices-edited-sharing-trace-used", _choices_edited_then_update_of_a_sharing_trace,
+         TraceChangedError, ("'x'",) + _CHANGED),
+    Case("trace-retval-edited", _retval_edited_then_update, TraceChangedError, ("'mu'",) + _CHANGED),
+    Case("trace-value-edited-then-differentiable-score", _edited_then_differentiable_score,
+         TraceChangedError, ("'mu'",) + _CHANGED),
+]
 
 CASES += [
     # issue 16 item 20: a cached body would skip its choices on repeated calls

@@ -7,7 +7,7 @@ import math
 import torch
 
 import imcmc_lab as il
-from imcmc_lab.errors import InvolutionCheckError, TransformError
+from imcmc_lab.errors import InvolutionCheckError, TraceChangedError, TransformError
 
 from . import Case
 
@@ -66,7 +66,36 @@ def _move(f, aux=None):
         trace, _ = il.involutive_mcmc(trace, aux, (), f)
 
 
+@il.gen
+def _bits():
+    il.iid(il.bernoulli(0.3), 3) @ "b"
+
+
+@il.transform
+def _flip_first_in_place(t_in, t_out):
+    b = il.read(t_in["b"], il.discrete)      # the trace's own tensor
+    b[0] = 1 - b[0]                           # changes the input trace (and the chain's state)
+    il.write(t_out["b"], b, il.discrete)
+
+
+def _transform_edits_a_discrete_read_in_place():
+    torch.manual_seed(0)
+    il.involutive_mcmc(_bits.simulate(), None, (), _flip_first_in_place)
+
+
+def _move_after_an_in_place_edit():
+    torch.manual_seed(0)
+    trace = _one_normal.simulate()
+    trace["x"].add_(10.0)                   # the trace's cached density no longer matches
+    il.involutive_mcmc(trace, None, (), _negate)
+
+
 CASES: list[Case] = [
+    # issue 16 item 1: an involutive move on a trace whose value was changed in place
+    Case("move after an in-place edit of a trace value", _move_after_an_in_place_edit, TraceChangedError,
+         ("'x'", "changed in place", "clone()")),
+    Case("transform changes a discrete value it read in place", _transform_edits_a_discrete_read_in_place,
+         TraceChangedError, ("'b'", "changed in place", "read(...).clone()")),
     Case("check_involution trials=0", lambda: il.check_involution(_one_normal, (), None, _negate, trials=0),
          ValueError, ("trials", "at least 1")),
     Case("check_involution trials=-3", lambda: il.check_involution(_one_normal, (), None, _negate, trials=-3),

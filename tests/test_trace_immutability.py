@@ -1,0 +1,196 @@
+"""Issue 16 item 1: traces are immutable values, also against in-place edits.
+
+A trace hands out its own tensors (``trace["mu"] is trace.get_choices()["mu"]``, and a
+kept value is the same tensor in the traces ``update`` makes). Changing one in place
+(``v = trace["mu"]; v += 50``) used to change every trace holding it while their cached
+densities stayed: later weights were silently wrong. Now the engine refuses to use a
+trace holding a value changed in place (the error rows are in ``tests/bad_input/``);
+these tests check what must keep working, and the chain's history.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+import imcmc_lab as il
+
+
+@il.gen
+def _two(xs):
+    mu = il.normal(0.0, 1.0) @ "mu"
+    il.iid(il.normal(mu, 1.0), len(xs)) @ "x"
+    return mu
+
+
+_XS = (0.5, -0.2, 1.0)
+
+
+def _observed(mu=0.3):
+    xs = torch.tensor(_XS, dtype=torch.float64)
+    return _two.generate((xs,), {"x": xs, "mu": mu})[0]
+
+
+def _exact_score(trace):
+    return _two.assess(trace.args, {a: v.clone() for a, v in trace.get_choices().items()})
+
+
+def test_values_are_handed_out_by_identity_and_an_edit_is_refused():
+    trace = _observed()
+    v = trace["mu"]
+    assert v is trace.get_choices()["mu"] is trace.get_retval()
+    v += 50
+    with pytest.raises(il.errors.TraceChangedError, match=r"'mu'.*changed in place.*clone\(\)"):
+        trace.update({"x": torch.zeros(3, dtype=torch.float64)})
+
+
+def test_a_cloned_value_may_be_changed_and_the_trace_stays_exact():
+    trace = _observed()
+    v = trace["mu"].clone()
+    v += 50
+    new, weight, _ = trace.update({"x": torch.zeros(3, dtype=torch.float64)})
+    assert trace["mu"].item() == 0.3
+    assert weight == pytest.approx(_exact_score(new) - _exact_score(trace), abs=1e-12)
+
+
+def test_a_changed_value_the_used_trace_no_longer_holds_is_no_error():
+    first = _observed()
+    second, _, _ = first.update({"mu": 0.5})          # "mu" replaced, "x" shared
+    first["mu"].add_(1.0)                             # only ``first`` holds it
+    third, weight, _ = second.update({"mu": 0.7})
+    assert weight == pytest.approx(_exact_score(third) - _exact_score(second), abs=1e-12)
+    with pytest.raises(il.errors.TraceChangedError, match="'mu'"):
+        first.update({})                             # ``first`` itself is refused
+
+
+def test_an_edit_after_the_sharing_trace_was_made_is_refused_there():
+    trace = _observed()
+    new, _, _ = trace.update({})                      # made before the value was handed out
+    trace["x"][1] = 7.0
+    with pytest.raises(il.errors.TraceChangedError, match="'x'"):
+        new.update({"mu": 0.5})
+
+
+def test_an_edit_through_a_view_is_refused():
+    trace = _observed()
+    trace["x"][1:].mul_(2.0)
+    with pytest.raises(il.errors.TraceChangedError, match="'x'"):
+        trace.regenerate("mu")
+
+
+def test_the_discard_of_update_is_protected_like_the_trace():
+    trace = _observed()
+    _, _, discard = trace.update({"mu": 0.9})
+    discard["mu"].add_(1.0)                           # the old value: still ``trace``'s
+    with pytest.raises(il.errors.TraceChangedError, match="'mu'"):
+        trace.update({})
+
+
+def test_other_traces_are_not_affected():
+    first, second = _observed(), _observed()
+    first["mu"].add_(1.0)
+    new, weight, _ = second.update({"mu": 0.4})
+    assert weight == pytest.approx(_exact_score(new) - _exact_score(second), abs=1e-12)
+
+
+def test_a_long_lineage_keeps_a_bounded_record_of_what_it_handed_out():
+    # a user's own chain loop that keeps every value it reads: what the engine checks on
+    # each update must not grow with the number of steps (else long chains are quadratic)
+    torch.manual_seed(0)
+    trace, kept = _observed(), []
+    for step in range(2000):
+        if step % 2:
+            trace, _, _ = trace.update({"mu": 0.01 * step})
+        else:
+            trace, _ = trace.regenerate("mu")
+        kept.append(trace["mu"])
+        kept.append(trace["x"])
+    assert len(trace._loans) < 100         # 4,000 values lent: dead owners are dropped
+    assert all(v.item() == pytest.approx(0.01 * (2 * i + 1)) for i, v in enumerate(kept[2::4]))
+
+
+def test_a_trace_that_handed_out_values_pickles_and_keeps_checking():
+    trace = _observed()
+    trace["mu"]
+    copy = pickle.loads(pickle.dumps(trace))
+    copy["mu"].add_(1.0)
+    with pytest.raises(il.errors.TraceChangedError, match="'mu'"):
+        copy.update({})
+    trace.update({})                                  # the original is untouched
+
+
+@il.gen
+def _mean(n):
+    mu = il.normal(0.0, 2.0) @ "mu"
+    il.iid(il.normal(mu, 1.0), n) @ "x"
+
+
+def test_editing_a_sample_of_the_chain_history_changes_no_other_sample_nor_the_chain():
+    trace, _ = _mean.generate((3,), {"x": torch.tensor([0.5, 1.0, 1.5], dtype=torch.float64)})
+    torch.manual_seed(1)
+    chain = il.run_chain(il.MH(il.select("mu")), trace, 200, record=["mu"], progress=False)
+    samples = chain.samples[0]
+    repeated = [i for i in range(len(samples) - 1) if samples[i]["mu"].item() == samples[i + 1]["mu"].item()]
+    assert repeated                                   # rejected moves: the same value twice
+    before = [s["mu"].item() for s in samples]
+    for i in repeated[:5] + [len(samples) - 1]:
+        samples[i]["mu"] += 50.0                      # the user edits their history
+    for i, s in enumerate(samples):
+        if i not in repeated[:5] + [len(samples) - 1]:
+            assert s["mu"].item() == before[i]
+    last = chain.traces[0]
+    assert last["mu"].item() == before[-1]           # the chain's state is untouched
+    assert last.score == pytest.approx(_mean.assess((3,), last.get_choices()), abs=1e-12)
+    il.run_chain(il.MH(il.select("mu")), None, 20, chain=chain, progress=False)
+    assert chain.scores[0][-1] == pytest.approx(_mean.assess((3,), chain.traces[0].get_choices()),
+                                                abs=1e-12)
+
+
+def test_an_involutive_move_refuses_a_changed_trace_and_a_clean_one_moves():
+    @il.transform
+    def negate(t_in, t_out):
+        il.write(t_out["mu"], -il.read(t_in["mu"], il.continuous), il.continuous)
+
+    trace = _observed()
+    new, _ = il.involutive_mcmc(trace, None, (), negate)
+    assert new.score == pytest.approx(_exact_score(new), abs=1e-12)
+    new["mu"].mul_(3.0)
+    with pytest.raises(il.errors.TraceChangedError, match="'mu'"):
+        il.involutive_mcmc(new, None, (), negate)
+
+
+@il.gen
+def _element(x, slope):
+    return il.normal(slope * x, 1.0) @ "y"
+
+
+@il.gen
+def _regression(xs):
+    slope = il.normal(0.0, 2.0) @ "slope"
+    return il.Map(_element)(xs, [slope] * len(xs)) @ "data"
+
+
+def test_a_map_element_value_edited_through_a_return_value_list_is_refused():
+    torch.manual_seed(0)
+    trace = _regression.simulate([0.5, 1.0, 2.0])
+    new, _, _ = trace.update({"slope": 0.3})          # the elements keep their "y"
+    ys = new["data"]                                  # the Map's return value: a list of tensors
+    ys[1] += 10.0                                     # in place on element 1's "y"
+    for used in (trace, new):
+        with pytest.raises(il.errors.TraceChangedError, match=r"\('data', 1, 'y'\)"):
+            used.update({"slope": 0.1})
+
+
+def test_a_value_re_scored_by_update_stays_protected_after_the_lending_trace_is_gone():
+    import gc
+    torch.manual_seed(0)
+    trace = _regression.simulate([0.5, 1.0, 2.0])
+    y = trace["data", 1, "y"]                         # lent by ``trace``
+    new, _, _ = trace.update({"slope": 0.3})          # re-scores "y": a new record, same tensor
+    del trace
+    gc.collect()                                      # the lending record is gone
+    y.add_(10.0)
+    with pytest.raises(il.errors.TraceChangedError, match=r"\('data', 1, 'y'\)"):
+        new.update({"slope": 0.1})
