@@ -57,41 +57,27 @@ def test_pgas_smoothed_means_and_update_rates_on_linear_gaussian_model():
 
 
 def test_fast_ancestor_weights_agree_with_the_general_form():
-    """Scoring a particle by updating the retained trajectory where it differs gives the same
-    normalised ancestor weights as splicing the suffix onto it, to 1e-9."""
+    """Scoring a particle by re-running only step t of the retained trajectory's ``Unfold`` from
+    the particle's last state gives the same normalised ancestor weights as splicing the suffix
+    onto it, to 1e-9; and not only after normalisation: each weight is ``log gamma_N(x^l + x') -
+    log gamma_{t-1}(x^l)`` itself, as PGAS carries ``log gamma_N`` of the new retained trajectory
+    forward from it when it switches to a particle the fast path scored. The particles are a
+    filter's generation t - 1, so most of them have a finite ancestor weight."""
     steps, _ = _lgss()
     torch.manual_seed(13)
     reference = Reference(steps, il.smc(steps, 10).sample())
     pf = il.ParticleFilter(il.Steps(steps.model, args=steps.args, observations=steps.observations, n=30), 8)
-    pf.step()
     for t in range(1, 6):
-        state = pf.step()
-        traces = [reference.prefixes[t - 1]] + state.traces[1:]
-        suffix = {a: v for s in range(t, steps.n) for a, v in {**reference.new[s], **steps.observations(s)}.items()}
-        lw = np.r_[reference.log_weights[t - 1], state.log_weights[1:]]
-        fast, _ = ancestor_log_weights(steps, traces, lw, t, suffix, reference.prefixes[-1], fast=True)
-        general, _ = ancestor_log_weights(steps, traces, lw, t, suffix, None, fast=False)
-        np.testing.assert_allclose(normalized_weights(fast), normalized_weights(general), atol=1e-9, rtol=0)
-
-
-def test_fast_ancestor_weights_are_the_spliced_log_density_ratios():
-    """Not only after normalisation: each fast weight is ``log gamma_N(x^l + x') - log
-    gamma_{t-1}(x^l)`` itself (to 1e-9), as PGAS carries ``log gamma_N`` of the new retained
-    trajectory forward from it when it switches to a particle the fast path scored."""
-    steps, _ = _lgss()
-    torch.manual_seed(16)
-    reference = Reference(steps, il.smc(steps, 10).sample())
-    pf = il.ParticleFilter(steps, 8)
-    for t in range(1, 5):
         state = pf.step()                  # generation t - 1
         traces = [reference.prefixes[t - 1]] + state.traces[1:]
         suffix = {a: v for s in range(t, steps.n) for a, v in {**reference.new[s], **steps.observations(s)}.items()}
-        lw = np.zeros(len(traces))
+        lw = np.r_[reference.log_weights[t - 1], state.log_weights[1:]]
         fast, spliced = ancestor_log_weights(steps, traces, lw, t, suffix, reference.prefixes[-1], fast=True)
         general, spliced_general = ancestor_log_weights(steps, traces, lw, t, suffix, None, fast=False)
-        assert all(s is None for s in spliced) and np.isfinite(fast).all()
+        assert np.isfinite(fast).all() and all(s is None for s in spliced)
+        np.testing.assert_allclose(normalized_weights(fast), normalized_weights(general), atol=1e-9, rtol=0)
         np.testing.assert_allclose(fast, general, atol=1e-9, rtol=0)
-        np.testing.assert_allclose([tr.score + w for tr, w in zip(traces, fast)],
+        np.testing.assert_allclose([tr.score + w - w0 for tr, w, w0 in zip(traces, fast, lw)],
                                    [s.score for s in spliced_general], atol=1e-9, rtol=0)
 
 

@@ -136,7 +136,7 @@ class _ElementRun:
             self.remove(i, old[i])
         prev = self.request.prev if self.request.incremental else None
         kept = self.kept_prefix
-        retval = self.request.prev.retval[:kept] if kept else []
+        retval = list(self.request.prev.retval[:kept]) if kept else []
         retval.extend(t.retval for t in self.subtraces[kept:])
         trace = trace_class(gen_fn, args, retval, self.score(prev), self.subtraces)
         return Result(trace, self.weight, self.discard, self.fresh, self.n_used)
