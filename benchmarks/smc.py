@@ -14,8 +14,9 @@ Model: the linear-Gaussian state-space model of :mod:`imcmc_lab.examples.sequent
    of 100, D = 36): the rate at which the parameters (g, q) change per sweep under PGAS
    and under conditional SMC (PG), 10 particles, same start.
 
-Times are process CPU times with torch pinned to one thread. Ratios are what to read: the
-absolute numbers depend on how loaded the machine is.
+Times are process CPU times with torch pinned to one thread, after one small untimed warm-up
+run of each algorithm; the load average is printed at the start and the end. Ratios are what
+to read: the absolute numbers depend on how loaded the machine is.
 
 Run: ``python benchmarks/smc.py`` (a few minutes), or ``--quick`` (T = 20, fewer sweeps).
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import platform
 import sys
 import time
@@ -113,7 +115,7 @@ def smc_rows(ys, counts):
     print(f"\n1. SMC, T = {T} (Kalman log Z {kalman(ys)[0]:.3f})")
     print(f"{RATE_HEADER} {'log Z engine':>13} {'log Z numpy':>12}")
     for n in counts:
-        engine_s, state = _cpu(lambda: il.smc(steps, n), 1)
+        engine_s, state = _cpu(lambda: il.smc(steps, n), max(1, 300 // n))
         numpy_s, log_z = _cpu(lambda: numpy_smc(ys, n, rng), max(3, 3000 // n))
         print(f"{_rate_columns(n, T, engine_s, numpy_s)} {state.log_ml:>13.3f} {log_z:>12.3f}")
 
@@ -131,7 +133,7 @@ def pgas_rows(ys, counts, sweeps):
             nonlocal trace
             trace, _ = kernel.step(trace)
         engine_s, _ = _cpu(sweep, sweeps)
-        smc_s, _ = _cpu(lambda: il.smc(steps, n, ess_threshold=1.0), 1)
+        smc_s, _ = _cpu(lambda: il.smc(steps, n, ess_threshold=1.0), sweeps)
         retained = np.array([float(trace["states", t, "x"]) for t in range(T)])
         numpy_s, _ = _cpu(lambda: numpy_pgas(np.asarray(ys), n, retained, rng), max(3, 1000 // n))
         print(f"{_rate_columns(n, T, engine_s, numpy_s)} {engine_s / smc_s:>14.2f}x")
@@ -163,10 +165,28 @@ def main(argv=None):
     T = args.T or (20 if args.quick else 50)
     print(f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}; "
           f"CPU times, torch on one thread")
+    print(f"load average {_load()} (start)")
     _, ys = sq.simulate_linear_gaussian(T)
+    _warm_up(ys)
     smc_rows(ys, (10, 100, 1000))
     pgas_rows(ys, (10, 100) if args.quick else (10, 100, 1000), 2 if args.quick else 3)
     lds_rates(args.lds_T or (10 if args.quick else 25), 20 if args.quick else 40)
+    print(f"\nload average {_load()} (end)")
+
+
+def _load():
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def _warm_up(ys):
+    """One small untimed run of each algorithm, so the tables time steady-state work, not the
+    first call's one-off costs (source parsing for loop lowering, caches)."""
+    steps = sq.linear_gaussian_steps(ys[:5])
+    trace = il.smc(steps, 10).sample()
+    il.PGAS(steps, 10).step(trace)
 
 
 if __name__ == "__main__":

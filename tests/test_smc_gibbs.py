@@ -57,21 +57,63 @@ def test_pgas_smoothed_means_and_update_rates_on_linear_gaussian_model():
 
 
 def test_fast_ancestor_weights_agree_with_the_general_form():
-    """Scoring a particle by updating the retained trajectory where it differs gives the same
-    normalised ancestor weights as splicing the suffix onto it, to 1e-9."""
+    """Scoring a particle by re-running only step t of the retained trajectory's ``Unfold`` from
+    the particle's last state gives the same normalised ancestor weights as splicing the suffix
+    onto it, to 1e-9; and not only after normalisation: each weight is ``log gamma_N(x^l + x') -
+    log gamma_{t-1}(x^l)`` itself, as PGAS carries ``log gamma_N`` of the new retained trajectory
+    forward from it when it switches to a particle the fast path scored. The particles are a
+    filter's generation t - 1, so most of them have a finite ancestor weight."""
     steps, _ = _lgss()
     torch.manual_seed(13)
     reference = Reference(steps, il.smc(steps, 10).sample())
     pf = il.ParticleFilter(il.Steps(steps.model, args=steps.args, observations=steps.observations, n=30), 8)
-    pf.step()
     for t in range(1, 6):
-        state = pf.step()
+        state = pf.step()                  # generation t - 1
         traces = [reference.prefixes[t - 1]] + state.traces[1:]
         suffix = {a: v for s in range(t, steps.n) for a, v in {**reference.new[s], **steps.observations(s)}.items()}
         lw = np.r_[reference.log_weights[t - 1], state.log_weights[1:]]
-        fast, _ = ancestor_log_weights(steps, traces, lw, t, suffix, reference.prefixes[-1], fast=True)
-        general, _ = ancestor_log_weights(steps, traces, lw, t, suffix, None, fast=False)
+        fast, spliced = ancestor_log_weights(steps, traces, lw, t, suffix, reference.prefixes[-1], fast=True)
+        general, spliced_general = ancestor_log_weights(steps, traces, lw, t, suffix, None, fast=False)
+        assert np.isfinite(fast).all() and all(s is None for s in spliced)
         np.testing.assert_allclose(normalized_weights(fast), normalized_weights(general), atol=1e-9, rtol=0)
+        np.testing.assert_allclose(fast, general, atol=1e-9, rtol=0)
+        np.testing.assert_allclose([tr.score + w - w0 for tr, w, w0 in zip(traces, fast, lw)],
+                                   [s.score for s in spliced_general], atol=1e-9, rtol=0)
+
+
+def _lds_small():
+    C, _, ys = sq.simulate_lds(D=2, T=8, q=0.1, r=0.01, seed=3)
+    return sq.lds_steps(ys, C, r=0.01)
+
+
+@pytest.mark.parametrize("make_steps", [
+    lambda: sq.linear_gaussian_steps(sq.simulate_linear_gaussian(20)[1]),
+    lambda: sq.hmm_steps(sq.simulate_hmm(12)[1]),
+    _lds_small,
+], ids=["linear-gaussian", "hmm", "lds"])
+def test_pgas_fast_path_gives_the_general_forms_chain(make_steps):
+    """Whole PGAS sweeps with the fast ancestor weights (an ``Unfold``'s step re-run from each
+    particle's last state, and the retained trajectory's score carried across switches) draw the
+    same chain as with every weight computed by splicing with ``update``, from the same seed:
+    the same values, scores and number of ancestor switches. In the LDS, particles whose
+    parameters (g, q) are not the retained one's take the general form inside a fast sweep."""
+    steps = make_steps()
+    torch.manual_seed(3)
+    start = il.smc(steps, 6).sample()
+    chains = {}
+    for fast in (True, False):
+        torch.manual_seed(5)
+        kernel, trace, seen = il.PGAS(steps, 6, fast=fast), start, []
+        for _ in range(8):
+            trace, _ = kernel.step(trace)
+            seen.append(({a: r.value for a, r in trace.flat_records().items()}, trace.score))
+        chains[fast] = seen, kernel.switches
+    (fast_chain, fast_switches), (general_chain, general_switches) = chains[True], chains[False]
+    assert fast_switches == general_switches > 0
+    for (values, score), (values_general, score_general) in zip(fast_chain, general_chain):
+        assert values.keys() == values_general.keys()
+        assert all(torch.equal(torch.as_tensor(values[a]), torch.as_tensor(values_general[a])) for a in values)
+        assert score == pytest.approx(score_general, abs=1e-9)
 
 
 def test_pgas_in_a_cycle_with_mh_on_a_parameter():

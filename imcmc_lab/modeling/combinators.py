@@ -16,7 +16,7 @@ from .gen import GenerativeFunction
 from .execution import Result
 from .trace import CallRecord, Trace
 
-__all__ = ["Map", "Unfold", "MapTrace", "UnfoldTrace"]
+__all__ = ["Map", "Unfold", "MapTrace", "UnfoldTrace", "last_unfold", "restep"]
 
 
 def _split_constraints(constraints):
@@ -95,6 +95,7 @@ class _ElementRun:
         self.discard = {}
         self.fresh = []
         self.n_used = 0
+        self.kept_prefix = 0      # leading elements kept wholesale from the previous trace
 
     def element(self, i, kernel, args, prev_sub):
         sub_sel = self.selection.subselection((i,)) if self.selection is not None else None
@@ -134,7 +135,9 @@ class _ElementRun:
         for i in range(len(self.subtraces), len(old)):
             self.remove(i, old[i])
         prev = self.request.prev if self.request.incremental else None
-        retval = [t.retval for t in self.subtraces]
+        kept = self.kept_prefix
+        retval = list(self.request.prev.retval[:kept]) if kept else []
+        retval.extend(t.retval for t in self.subtraces[kept:])
         trace = trace_class(gen_fn, args, retval, self.score(prev), self.subtraces)
         return Result(trace, self.weight, self.discard, self.fresh, self.n_used)
 
@@ -216,7 +219,16 @@ class Unfold(GenerativeFunction):
         old = prev.subtraces if prev is not None else ()
         params_changed = not incremental or not values_equal(params, tuple(prev.args[2:]))
         sel_empty = selection is None or selection.is_empty()
-        for t in range(n):
+        start = 0
+        if not params_changed and sel_empty and _same_value(state, prev.args[1]):
+            # The steps before the first constrained one keep their arguments (the same
+            # initial state, parameters and, one after the other, incoming states), so they
+            # are kept wholesale: growing the chain by one step (SMC) costs O(1) steps, not O(n).
+            start = min(len(old), n, min(run.groups, default=n))
+            run.subtraces.extend(old[:start])
+            run.kept_prefix = start
+            state = old[start - 1].retval if start else state
+        for t in range(start, n):
             prev_sub = old[t] if t < len(old) else None
             # a kept step is reused when its own arguments (incoming state, parameters) are
             # unchanged, whatever happened to the steps before it (PGAS splices traces)
@@ -230,3 +242,29 @@ class Unfold(GenerativeFunction):
 
     def __repr__(self):
         return f"<generative function {self.name}>"
+
+
+def last_unfold(trace):
+    """``(records before it, address, UnfoldTrace)`` when the last record at the top level of
+    ``trace`` (a ``@gen`` function's trace) is an ``Unfold`` call, else None. Records are kept
+    in the order the program made them, so nothing before the ``Unfold`` depends on its states."""
+    items = getattr(trace, "_records", None)
+    if not items:
+        return None
+    *before, (address, record) = items.items()
+    if type(record) is not CallRecord or type(record.trace) is not UnfoldTrace:
+        return None
+    return before, address, record.trace
+
+
+def restep(unfold_trace, t, state):
+    """``log p(step t with incoming state) - log p(step t)`` for step ``t`` of ``unfold_trace``
+    re-run from ``state`` with its choices kept; None when that run would sample or drop a
+    choice, or return a different state (then the later steps would change too)."""
+    step = unfold_trace.subtraces[t]
+    if _same_value(state, step.args[1]):
+        return 0.0
+    result = step.update_detailed({}, (step.args[0], state) + tuple(step.args[2:]))
+    if result.fresh or result.discard or not _same_value(result.trace.retval, step.retval):
+        return None
+    return result.weight

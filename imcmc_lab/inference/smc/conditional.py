@@ -22,6 +22,7 @@ import numpy as np
 from ...core.address import format_address
 from ...core.values import values_equal
 from ...errors import ConstraintError
+from ...modeling.combinators import last_unfold, restep
 from ..kernels import Kernel
 from .resampling import effective_sample_size, log_sum_exp, resample
 from .steps import Steps, extend
@@ -95,20 +96,77 @@ def _prefix_difference(trace, retained):
     return diff
 
 
-def ancestor_log_weights(steps, traces, log_weights, t, suffix, full=None, fast=True):
+class _UnfoldSplice:
+    """The ancestor weights of generation ``t`` for a program whose last top-level record is an
+    ``Unfold`` that each generation grows by one step, in O(1) steps per particle.
+
+    When particle ``l`` and the retained particle agree on every record made before the
+    ``Unfold`` (the same record objects) and on its initial state and parameters, splicing
+    changes only the ``Unfold``'s steps ``< t`` (their scores cancel against ``log gamma_{t-1}``)
+    and step ``t``'s incoming state, so
+
+        log gamma_N(x^l + x') - log gamma_{t-1}(x^l) = full_score - log gamma_{t-1}(x^0) + delta_l
+
+    with ``delta_l`` step ``t``'s score change from re-running it from ``x^l``'s last state
+    (:func:`~imcmc_lab.modeling.combinators.restep`). ``full``: a trace whose records before
+    the ``Unfold`` and whose steps from ``t`` on are the retained trajectory's; ``full_score``:
+    ``log gamma_N`` of the retained trajectory. Particles outside these conditions get None
+    (the caller scores them by ``update``)."""
+
+    def __init__(self, retained, full, t, full_score):
+        self.t, self.ok = t, False
+        mine, theirs = last_unfold(retained), last_unfold(full)
+        if mine is None or theirs is None or mine[1] != theirs[1] or len(theirs[2]) <= t:
+            return
+        self.before, self.unfold = mine[0], theirs[2]
+        if not self._agrees(mine) or not self._agrees(theirs, len(theirs[2])):
+            return
+        self.offset = full_score - retained.score
+        self.ok = restep(self.unfold, t, mine[2].retval[-1]) == 0.0
+
+    def _agrees(self, site, n_steps=None):
+        before, _, unfold = site
+        return (len(before) == len(self.before)
+                and all(a == b and r is q for (a, r), (b, q) in zip(before, self.before))
+                and unfold.gen_fn == self.unfold.gen_fn and len(unfold) == (n_steps or self.t)
+                and values_equal(tuple(unfold.args[1:]), tuple(self.unfold.args[1:])))
+
+    def weight(self, trace):
+        """``log gamma_N(trace + x') - log gamma_{t-1}(trace)``, or None (see the class docstring)."""
+        site = last_unfold(trace)
+        if site is None or not self._agrees(site):
+            return None
+        delta = restep(self.unfold, self.t, site[2].retval[-1])
+        return None if delta is None else self.offset + delta
+
+
+def ancestor_log_weights(steps, traces, log_weights, t, suffix, full=None, fast=True, full_score=None):
     """PGAS ancestor log-weights of the particles ``traces`` (generation ``t - 1``; particle 0 is
     the retained one) for the retained suffix ``suffix`` (its choices and observations from ``t``
-    on). ``full``: the retained trajectory as a trace of the last generation; with ``fast``,
-    a particle with the retained prefix's addresses is scored by updating ``full`` with the
-    values where it differs (an ``Unfold`` then re-runs only the changed steps and the step
-    after them), the same number as the general form. Returns (weights, spliced traces)."""
+    on; a dict, or a function that makes it when it is needed). ``full``: the retained
+    trajectory as a trace of the last generation (``full_score``: its score, if it differs);
+    with ``fast``, an ``Unfold`` program's particles are scored in O(1) steps
+    (:class:`_UnfoldSplice`), and another program's particle with the retained prefix's
+    addresses by updating ``full`` with the values where it differs: the same number as the
+    general form. Returns (weights, spliced traces); a spliced trace is None where the fast
+    ``Unfold`` path scored the particle."""
     weights, spliced = np.full(len(traces), _NEG_INF), [None] * len(traces)
+    splice = _UnfoldSplice(traces[0], full, t, full.score if full_score is None else full_score) \
+        if fast and full is not None else None
+    splice = splice if splice is not None and splice.ok else None
+    # updating ``full`` where a particle differs needs ``full`` itself, not only its score
+    by_difference = fast and full is not None and splice is None and full_score is None
+    get_suffix = suffix if callable(suffix) else (lambda: suffix)
     for l, trace in enumerate(traces):
         if log_weights[l] == _NEG_INF:
             continue
-        diff = _prefix_difference(trace, traces[0]) if fast and full is not None else None
+        w = splice.weight(trace) if splice is not None else None
+        if w is not None:
+            weights[l] = log_weights[l] + w
+            continue
+        diff = _prefix_difference(trace, traces[0]) if by_difference else None
         if diff is None:
-            w, new = _spliced_weight(steps, trace, suffix)
+            w, new = _spliced_weight(steps, trace, get_suffix())
         else:
             result = full.update_detailed(diff, strict=False) if diff else None
             if result is not None and (result.fresh or result.unvisited or set(result.discard) - set(diff)):
@@ -117,6 +175,11 @@ def ancestor_log_weights(steps, traces, log_weights, t, suffix, full=None, fast=
             w = (0.0 if result is None else result.weight) + full.score - trace.score
         weights[l], spliced[l] = log_weights[l] + w, new
     return weights, spliced
+
+
+def _suffix_maker(steps, reference, t):
+    """A function making the retained suffix from generation ``t`` on (choices and observations)."""
+    return lambda: {a: v for s in range(t, steps.n) for a, v in {**reference.new[s], **steps.observations(s)}.items()}
 
 
 class SweepRecord:
@@ -144,18 +207,24 @@ def conditional_smc(steps, n_particles, reference: Reference, ancestor_sampling,
     for l in range(1, n_particles):
         e = extend(steps, None, 0)
         traces[l], log_weights[l] = e.trace, e.log_weight
-    full, on_reference, switches = reference.prefixes[-1], True, 0
+    # the retained trajectory as a trace of the last generation; after a switch scored by the
+    # fast Unfold path, ``full`` keeps the old steps before t and ``full_score`` is its score
+    full, full_score, on_reference, switches = reference.prefixes[-1], None, True, 0
     if record is not None:
         record.history.append((list(traces), log_weights))
     for t in range(1, n):
         ancestors = resample(log_weights, n_particles - 1, "multinomial")
         a0 = 0
         if ancestor_sampling:
-            suffix = {a: v for s in range(t, n) for a, v in {**reference.new[s], **steps.observations(s)}.items()}
-            weights, spliced = ancestor_log_weights(steps, traces, log_weights, t, suffix, full, fast)
+            suffix = _suffix_maker(steps, reference, t)
+            weights, spliced = ancestor_log_weights(steps, traces, log_weights, t, suffix, full, fast, full_score)
             a0 = int(resample(weights, 1, "multinomial")[0])
             if a0 != 0:
-                full, on_reference, switches = spliced[a0], False, switches + 1
+                on_reference, switches = False, switches + 1
+                if spliced[a0] is not None:
+                    full, full_score = spliced[a0], None
+                else:
+                    full_score = traces[a0].score + weights[a0] - log_weights[a0]
         if on_reference:
             retained, w0 = reference.prefixes[t], reference.log_weights[t]
         else:
