@@ -27,7 +27,7 @@ from .trace import DynamicTrace
 from .tracer import Assess, AssessFailure, Generate, Regenerate, Simulate, Update
 
 __all__ = ["run_dynamic", "simulate", "generate", "assess", "update", "regenerate",
-           "differentiable_score", "owned"]
+           "differentiable_score", "owned", "OwnedChoices"]
 
 _NEG_INF = float("-inf")
 _LOGPDF = operator.attrgetter("logpdf")
@@ -69,6 +69,16 @@ def owned(value):
     return value
 
 
+class OwnedChoices(dict):
+    """Constraints ``{address: value}`` whose values the engine owns already: fresh
+    tensors, immutable values, or values of other traces (which are never modified). The
+    entry points take them without copying. Engine code builds them (a transform's
+    outputs, :meth:`~imcmc_lab.transform.interpreter.TransformRun.output_choices`); a
+    user's dict or ChoiceMap is copied."""
+
+    __slots__ = ()
+
+
 def _as_args(args):
     if args is None:
         return ()
@@ -76,8 +86,10 @@ def _as_args(args):
 
 
 def _owned_constraints(constraints):
-    flat = as_choicemap(constraints)._leaves
-    return {address: owned(value) for address, value in flat.items()} if flat else flat
+    flat = as_choicemap(constraints)._leaves      # addresses normalised and checked in any case
+    if not flat or type(constraints) is OwnedChoices:
+        return flat
+    return {address: owned(value) for address, value in flat.items()}
 
 
 def _account(gen_fn, result, flat, what, strict):
