@@ -52,18 +52,21 @@ def run_dynamic(gen_fn, request):
 # ---------------------------------------------------------------------------
 # the boundary: what the user hands in is copied (traces never share memory with it)
 # ---------------------------------------------------------------------------
+_IMMUTABLE = frozenset([float, int, bool, str, type(None), DynamicTrace])
+
+
 def owned(value):
     """``value`` with every tensor and array in it copied (through tuples, lists and
     dicts); anything else as it is (numbers and strings are immutable, traces too)."""
     kind = type(value)
-    if kind is float or kind is int or kind is bool or kind is str or value is None:
+    if kind in _IMMUTABLE:
         return value
+    if kind is tuple or kind is list:
+        return kind([owned(v) for v in value])
     if isinstance(value, torch.Tensor):
         return value.clone()
     if isinstance(value, np.ndarray):
         return value.copy()
-    if kind is tuple or kind is list:
-        return kind([owned(v) for v in value])
     if kind is dict:
         return {k: owned(v) for k, v in value.items()}
     return value
