@@ -50,6 +50,44 @@ def test_an_argument_tensor_changed_later_does_not_change_the_trace():
     assert trace.args[0][1].item() == -0.2
 
 
+@il.gen
+def _flags_and_x():
+    il.iid(il.bernoulli(0.5), 3) @ "z"
+    il.normal(0.0, 1.0) @ "x"
+
+
+_HELD = {}     # what the transform writes: tensors it keeps after writing them
+
+
+@il.transform
+def _writes_held_tensors(model_in, aux_in, model_out, aux_out):
+    """Writes tensors it keeps: a new discrete vector, and -x as torch computes it or, where
+    the test puts one in _HELD["constant"], that constant."""
+    il.read(model_in["z"], il.discrete)
+    x = il.read(model_in["x"], il.continuous)
+    _HELD["z"] = torch.tensor([1, 0, 1])
+    _HELD["x"] = _HELD.get("constant", -x)
+    il.write(model_out["z"], _HELD["z"], il.discrete)
+    il.write(model_out["x"], _HELD["x"], il.continuous)
+
+
+@pytest.mark.parametrize("autodiff, constant", [("torch", False), ("torch", True), ("auto", True)])
+def test_a_tensor_a_transform_wrote_and_changes_later_does_not_change_the_new_trace(autodiff, constant):
+    """The model update takes a transform's outputs without copying them again (they are
+    the engine's own), so the backends copy what the transform may still hold."""
+    trace, _ = _flags_and_x.generate((), {"z": torch.tensor([0, 0, 0]), "x": 0.5})
+    _HELD.clear()
+    if constant:
+        _HELD["constant"] = torch.tensor(0.25, dtype=torch.float64)
+    app = il.apply_transform(_writes_held_tensors, trace, autodiff=autodiff)
+    with torch.no_grad():
+        _HELD["z"].fill_(7)             # the transform's tensors, changed after the move
+        _HELD["x"].fill_(7.0)
+    assert app.new_model["x"].item() == (0.25 if constant else -0.5)
+    assert app.new_model["z"].tolist() == [1, 0, 1]
+    assert trace["z"].tolist() == [0, 0, 0] and trace["x"].item() == 0.5
+
+
 # -- item 6: evaluate once only what is provably the same ------------------------------
 class _Counter:
     def __init__(self):

@@ -27,7 +27,7 @@ from .trace import DynamicTrace
 from .tracer import Assess, AssessFailure, Generate, Regenerate, Simulate, Update
 
 __all__ = ["run_dynamic", "simulate", "generate", "assess", "update", "regenerate",
-           "differentiable_score", "owned"]
+           "differentiable_score", "owned", "OwnedChoices"]
 
 _NEG_INF = float("-inf")
 _LOGPDF = operator.attrgetter("logpdf")
@@ -52,21 +52,34 @@ def run_dynamic(gen_fn, request):
 # ---------------------------------------------------------------------------
 # the boundary: what the user hands in is copied (traces never share memory with it)
 # ---------------------------------------------------------------------------
+_IMMUTABLE = frozenset([float, int, bool, str, type(None), DynamicTrace])
+
+
 def owned(value):
     """``value`` with every tensor and array in it copied (through tuples, lists and
     dicts); anything else as it is (numbers and strings are immutable, traces too)."""
     kind = type(value)
-    if kind is float or kind is int or kind is bool or kind is str or value is None:
+    if kind in _IMMUTABLE:
         return value
+    if kind is tuple or kind is list:
+        return kind([owned(v) for v in value])
     if isinstance(value, torch.Tensor):
         return value.clone()
     if isinstance(value, np.ndarray):
         return value.copy()
-    if kind is tuple or kind is list:
-        return kind([owned(v) for v in value])
     if kind is dict:
         return {k: owned(v) for k, v in value.items()}
     return value
+
+
+class OwnedChoices(dict):
+    """Constraints ``{address: value}`` whose values the engine owns already: fresh
+    tensors, immutable values, or values of other traces (which are never modified). The
+    entry points take them without copying. Engine code builds them (a transform's
+    outputs, :meth:`~imcmc_lab.transform.interpreter.TransformRun.output_choices`); a
+    user's dict or ChoiceMap is copied."""
+
+    __slots__ = ()
 
 
 def _as_args(args):
@@ -76,8 +89,10 @@ def _as_args(args):
 
 
 def _owned_constraints(constraints):
-    flat = as_choicemap(constraints)._leaves
-    return {address: owned(value) for address, value in flat.items()} if flat else flat
+    flat = as_choicemap(constraints)._leaves      # addresses normalised and checked in any case
+    if not flat or type(constraints) is OwnedChoices:
+        return flat
+    return {address: owned(value) for address, value in flat.items()}
 
 
 def _account(gen_fn, result, flat, what, strict):

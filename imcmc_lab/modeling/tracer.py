@@ -369,7 +369,11 @@ class Update(Incremental):
 
     def choice(self, address, dist, line):
         self._claim(address, line, "random choice")
-        prev_rec = self._previous_choice(address)
+        prev_rec = self.prev._records.get(address)       # _previous_choice, inlined (hot path)
+        if type(prev_rec) is ChoiceRecord:
+            self.n_kept += 1
+        else:
+            prev_rec = None
         constraints = self.constraints
         if constraints is not None and address in constraints:
             value, logpdf = self._constrained(dist, address, line)
@@ -379,6 +383,9 @@ class Update(Incremental):
             else:
                 self.weight += logpdf
         elif prev_rec is not None:
+            if prev_rec.logpdf != _NEG_INF and dist.same_as(prev_rec.dist):
+                self.records[address] = prev_rec      # the hot path of _kept, inlined
+                return prev_rec.value
             return self._kept(prev_rec, dist, address, line)
         else:
             value, logpdf = self._fresh(dist, address, line)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..core.values import as_real
+from ..modeling.runtime import owned
 from .jacobian import free_part
 from .language import continuous
 
@@ -40,13 +41,17 @@ class AutogradBackend:
 
     @staticmethod
     def written(value, label):
+        """The value a write stores: the engine's own (a copy: the transform may still hold
+        the tensor it wrote; clone keeps the autograd graph)."""
         if label is continuous:
             if not isinstance(value, torch.Tensor):
-                value = as_real(value)
-            elif value.dtype != torch.float64:
-                value = value.to(torch.float64)
+                value = as_real(owned(value))
+            else:
+                value = value.clone() if value.dtype == torch.float64 else value.to(torch.float64)
         elif isinstance(value, torch.Tensor) and value.ndim == 0:
             value = value.item()
+        else:
+            value = owned(value)
         return value, None
 
     @staticmethod

@@ -22,10 +22,39 @@ from operator import is_not
 import torch
 
 from ..core.values import as_real, float64_vector
+from ..modeling.runtime import owned
 from .dual import MAX_VECTOR, Dual, DualVector, IdRange, NeedsTorch, unit_derivatives
 from .language import continuous
 
 __all__ = ["FloatBackend", "float_write"]
+
+
+def float_write(value, label):
+    """``(value, tangent)`` of a write on the float path, as autograd would store it. The
+    value is the engine's own: new, or a copy of a tensor the transform may still hold
+    (the update that uses it takes it without copying, see ``runtime.OwnedChoices``)."""
+    t = type(value)
+    if label is not continuous:
+        if t is Dual:
+            return value.v, None          # like tensor.item()
+        if t is DualVector:
+            raise NeedsTorch
+        if isinstance(value, torch.Tensor) and value.ndim == 0:
+            return value.item(), None
+        return owned(value), None
+    if t is Dual:
+        return torch.scalar_tensor(value.v, dtype=torch.float64), [value.d]
+    if t is DualVector:
+        return float64_vector(value.tolist()), [x.d for x in value.items]
+    if isinstance(value, torch.Tensor):
+        if value.requires_grad:
+            raise NeedsTorch
+        value = value.clone() if value.dtype == torch.float64 else value.to(torch.float64)
+        return value, [{}] * value.numel()
+    if isinstance(value, (list, tuple)):
+        raise NeedsTorch          # lists (of Duals or tensors): autograd's conversion rules
+    value = as_real(owned(value))     # a Python number (a constant), or an array (copied)
+    return value, [{}] * value.numel()
 
 
 class FloatBackend:
@@ -61,9 +90,8 @@ class FloatBackend:
         self.n_coordinates += n_free
         return ids, DualVector(items)
 
-    @staticmethod
-    def written(value, label):
-        return float_write(value, label)
+    #: ``written(value, label)``: ``(value, tangents)`` of a write (:func:`float_write`)
+    written = staticmethod(float_write)
 
     @staticmethod
     def derivative_source(write, dist):
@@ -160,29 +188,3 @@ class _TangentRows:
                         row[j] += g
             out.append(row)
         return torch.tensor(out, dtype=torch.float64).reshape(len(out), len(col))
-
-
-def float_write(value, label):
-    """``(value, tangent)`` of a write on the float path, as autograd would store it."""
-    t = type(value)
-    if label is not continuous:
-        if t is Dual:
-            return value.v, None          # like tensor.item()
-        if t is DualVector:
-            raise NeedsTorch
-        if isinstance(value, torch.Tensor) and value.ndim == 0:
-            return value.item(), None
-        return value, None
-    if t is Dual:
-        return torch.scalar_tensor(value.v, dtype=torch.float64), [value.d]
-    if t is DualVector:
-        return float64_vector(value.tolist()), [x.d for x in value.items]
-    if isinstance(value, torch.Tensor):
-        if value.requires_grad:
-            raise NeedsTorch
-        value = value if value.dtype == torch.float64 else value.to(torch.float64)
-        return value, [{}] * value.numel()
-    if isinstance(value, (list, tuple)):
-        raise NeedsTorch          # lists (of Duals or tensors): autograd's conversion rules
-    value = as_real(value)        # a Python number: a constant
-    return value, [{}] * value.numel()

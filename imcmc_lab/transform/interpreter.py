@@ -22,6 +22,7 @@ import torch
 
 from ..core.address import did_you_mean, format_address
 from ..errors import AddressError, LabelError, TransformError
+from ..modeling.runtime import OwnedChoices
 from .autograd_backend import AutogradBackend
 from .dual import NeedsTorch
 from .float_backend import FloatBackend
@@ -100,8 +101,10 @@ class TransformRun:
 
     # -- results ----------------------------------------------------------
     def output_choices(self, side, detach=True) -> dict:
-        """Flat ``{address: value}`` written or copied to ``side``'s output trace."""
-        out = {}
+        """Flat ``{address: value}`` written or copied to ``side``'s output trace, as
+        :class:`~imcmc_lab.modeling.runtime.OwnedChoices`: the backend's written values are
+        the engine's own, copied values come from the input traces (never modified)."""
+        out = OwnedChoices()
         for (s, address), w in self.writes.items():
             if s == side:
                 v = w.value

@@ -124,9 +124,17 @@ class Distribution:
     arg_constraints: dict = {}
     __slots__ = ("raw_args", "event_shape")
 
+    _param_checks = ()
+    #: argument tuples of Python numbers whose parameters passed :meth:`check_params`
+    _valid_numbers = frozenset()
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         cls._param_checks = tuple(cls.arg_constraints.items())   # iterated once per used choice
+        # Models build their distributions from the same constants (normal(0, 10)) on every
+        # run: those arguments are checked once per class (a number is a value; only a valid
+        # result is kept, so every error is found and worded afresh)
+        cls._valid_numbers = set()
 
     def __init__(self, *raw_args):
         self.raw_args = raw_args
@@ -189,11 +197,24 @@ class Distribution:
     def check_params(self):
         """``None`` if the parameters are valid, else a sentence saying what is wrong: each
         parameter against its declared constraint, then :meth:`check_relations`."""
+        raw = self.raw_args
+        numbers = True
+        for a in raw:
+            if type(a) is not float and type(a) is not int:
+                numbers = False
+                break
+        if numbers and raw in self._valid_numbers:
+            return None
         for name, constraint in self._param_checks:
             problem = constraint.problem(name, getattr(self, name))
             if problem is not None:
                 return problem
-        return self.check_relations()
+        problem = self.check_relations()
+        if problem is None and numbers:
+            if len(self._valid_numbers) > 4096:
+                self._valid_numbers.clear()
+            self._valid_numbers.add(raw)
+        return problem
 
     def logpdf(self, value) -> float:
         """``log_prob(value).item()`` without the tensor where a fast path applies: the
