@@ -105,18 +105,32 @@ def test_discontinuous_weight(lookahead):
         assert kernel.accepted / kernel.proposed >= 0.95
 
 
-@pytest.mark.xfail(run=False, reason="issue 18: on the walk, 3 of these 4 settings missed the exact "
-                                      "posterior (600 moves, 4 batch-means SE) when last run; not yet understood")
-@pytest.mark.parametrize("alpha,lookahead", [(1.0, 0), (0.1, 0), (1.0, 2), (0.1, 2)])
+@pytest.mark.parametrize("alpha,lookahead", [
+    (1.0, 0), (0.1, 0), (1.0, 2),
+    pytest.param(0.1, 2, marks=pytest.mark.xfail(run=False, reason=(
+        "issue 18: with seed 4 this chain stopped at start=0.8122 for all 3,000 kept moves "
+        "(575 s); the cause is not yet known")))])
 def test_walk_start_posterior(alpha, lookahead):
-    """Posterior of the walk's start: mean 0.590964, P(start < 1) = 0.89977 (exact);
-    600 moves (L=5, ε=0.1, about 30 s each on this machine: the walk's long excursions):
-    SE ≈ 0.03 for the mean (0.578 ± 0.030 seen at α=1, K=0, 800 moves)."""
+    """Posterior of the walk's start: mean 0.590964, P(start < 1) = 0.89977 (exact: checked by
+    quadrature over the walk's (position, distance) and by 10⁸ importance samples);
+    500 + 3,000 moves (L=5, ε=0.1 jittered ±50%; 21-27 s each under a load average of 20): SE
+    ≈ 0.02 (mean), ≈ 0.01 (P(start < 1)). With a fixed ε the start's coordinate stayed on one
+    lattice and P(start < 1) could be anywhere in 0.855-0.938: these tests failed then."""
     trace, _ = walk.generate((), {"distance": 1.1})
     kernel = il.NPHMC(WALK, 0.1, 5, discontinuous=WALK, persistence=alpha, lookahead=lookahead)
-    starts = run(kernel, trace, 600, lambda t: float(t["start"]), seed=4)
+    starts = run(kernel, trace, 3500, lambda t: float(t["start"]), seed=4)[500:]    # 500 moves of burn-in
     assert_close_to(starts, WALK_START_MEAN, label="mean start")
     assert_close_to([float(s < 1) for s in starts], WALK_START_BELOW_ONE, label="P(start < 1)")
+
+
+def test_a_fixed_step_on_a_continuous_discontinuous_coordinate_is_refused():
+    """With jitter=0 the walk's start moves by exactly ±ε and never leaves its lattice."""
+    trace, _ = walk.generate((), {"distance": 1.1})
+    kernel = il.NPHMC(WALK, 0.1, 5, discontinuous=WALK, jitter=0.0)
+    with pytest.raises(ImcmcError, match=r"start.*jitter"):
+        kernel(trace)
+    kernel = il.NPHMC(il.select("x1", "x2"), 0.1, 5, discontinuous=(), jitter=0.0)   # plain NP-HMC: fine
+    kernel(two_line.simulate())
 
 
 def test_record_and_run_chain():
@@ -127,6 +141,7 @@ def test_record_and_run_chain():
     assert len(record.trajectory) == 6 and set(record.energy) == {"loglik", "prior", "kinetic"}
     assert record.dim_before >= 1 and record.block in (1, None)
     assert len(chain) >= 20 if hasattr(chain, "__len__") else True
+
 
 
 def test_nphmc_says_it_is_experimental():

@@ -1,0 +1,102 @@
+"""NP-DHMC on the thesis's nonparametric benchmarks (C. Mak, "Nonparametric Involutive Markov
+Chain Monte Carlo", Ch. 7; Mak, Zaiser, Ong, "Nonparametric Hamiltonian Monte Carlo", ICML 2021),
+printed next to the figures the thesis reports (its Table 7.1 and Sec. 7.5, rerun from the
+reference code):
+
+1. Gaussian mixture with a Poisson number of components (``examples.nonparametric.gmm``):
+   L = 25, ε = 0.05; test LPPD and acceptance for NP-DHMC (α = 1) and look-ahead NP-DHMC
+   (α = 0.5, K = 2). Thesis: LPPD −675.59 ± 0.37 (10 runs × 1,000 samples), acceptance
+   75.6%, 88.6% with K = 2; the true parameters give −674.81.
+2. Dirichlet-process mixture by stick breaking (``dpmm``): L = 20, ε = 0.05, α = 1.
+   Thesis: LPPD −676.11 ± 0.43 (10 runs × 150 samples).
+3. The geometric program (L = 5, ε = 0.1): NP-DHMC iterations per second (CPU time). The
+   reference code runs about 6-8 iterations per second on the project's 2-core machine.
+
+LPPD = Σ over the 50 test points of log (mean over the kept samples of the point's mixture
+density), the first 10% of each run discarded (as the reference code's burn-in does). The
+± is the standard deviation over runs. Times are process CPU times, torch on one thread.
+
+Run: ``python benchmarks/nonparametric.py`` (runs of the thesis's length: tens of minutes on
+a quiet 2-core machine), or ``--quick`` (1 run, 100 GMM and 40 DPMM moves, 300 geometric).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+import imcmc_lab as il
+from imcmc_lab.examples.nonparametric import GMM_STD, MixtureData, dpmm, geometric, gmm, gmm_data
+
+THESIS = {"gmm": "-675.59 ± 0.37, acc 75.6%", "gmm_k2": "acc 88.6%", "dpmm": "-676.11 ± 0.43",
+          "true": "-674.81", "geometric": "6-8 it/s (reference code)"}
+
+
+def _pointwise(trace, test):
+    record = trace.flat_records()[("data",)]
+    return MixtureData(record.dist.weights, record.dist.means, GMM_STD).pointwise(test).numpy()
+
+
+def mixture_run(model, moves, kernel, train, test, seed):
+    """One chain from a prior draw: (LPPD of the kept samples, acceptance, CPU seconds)."""
+    torch.manual_seed(seed)
+    trace, _ = model.generate((train,), {"data": train})
+    start, kept = time.process_time(), []
+    for i in range(moves):
+        trace, _ = kernel(trace)
+        if i >= moves // 10:
+            kept.append(_pointwise(trace, test))
+    seconds = time.process_time() - start
+    per_point = np.stack(kept)                               # (samples, test points)
+    top = per_point.max(axis=0)
+    lppd = float((top + np.log(np.exp(per_point - top).mean(axis=0))).sum())
+    return lppd, kernel.accepted / kernel.proposed, seconds
+
+
+def mixtures(runs, gmm_moves, dpmm_moves):
+    means, train, test = gmm_data()
+    true = MixtureData(torch.full((9,), 1 / 9, dtype=torch.float64), list(means), GMM_STD)
+    print(f"true-parameter LPPD {float(true.pointwise(test).sum()):.2f} (thesis {THESIS['true']})")
+    settings = [("gmm NP-DHMC α=1", gmm, il.select("k", "mean"), gmm_moves, dict(step_size=0.05, n_steps=25),
+                 THESIS["gmm"]),
+                ("gmm look-ahead α=0.5 K=2", gmm, il.select("k", "mean"), gmm_moves,
+                 dict(step_size=0.05, n_steps=25, persistence=0.5, lookahead=2), THESIS["gmm_k2"]),
+                ("dpmm NP-DHMC α=1", dpmm, il.select("stick", "mean"), dpmm_moves,
+                 dict(step_size=0.05, n_steps=20), THESIS["dpmm"])]
+    for label, model, selection, moves, options, thesis in settings:
+        results = [mixture_run(model, moves, il.NPHMC(selection, **options), train, test, seed)
+                   for seed in range(runs)]
+        lppds, accs, secs = (np.array(x) for x in zip(*results))
+        spread = f" ± {lppds.std(ddof=1):.2f}" if runs > 1 else ""
+        print(f"{label:28s} {moves:5d} moves × {runs}: LPPD {lppds.mean():8.2f}{spread}, acceptance "
+              f"{100 * accs.mean():5.1f}%, {secs.mean() / moves * 1000:6.1f} ms/move   (thesis {thesis})")
+
+
+def geometric_speed(moves):
+    kernel = il.NPHMC(il.select("u"), 0.1, 5, discontinuous=il.select("u"))
+    torch.manual_seed(0)
+    trace = geometric.simulate(0.2)
+    start = time.process_time()
+    for _ in range(moves):
+        trace, _ = kernel(trace)
+    rate = moves / (time.process_time() - start)
+    print(f"geometric NP-DHMC (L=5, ε=0.1): {rate:.0f} iterations/s (CPU)   (thesis {THESIS['geometric']})")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    geometric_speed(300 if args.quick else 3000)
+    if args.quick:
+        mixtures(runs=1, gmm_moves=100, dpmm_moves=40)
+    else:
+        mixtures(runs=3, gmm_moves=1000, dpmm_moves=150)
+
+
+if __name__ == "__main__":
+    main()
