@@ -20,15 +20,16 @@ what its auxiliary values are, or what the Jacobian is.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from .. import cycle, gen, lognormal, normal, rj_proposal, uniform, uniform_discrete
-from .coal import LENGTH, TabulatedDiscrete, move_probabilities
+from .. import cycle, gen, lognormal, normal, rj_proposal, run_chain, uniform, uniform_discrete
+from .coal import LENGTH, TabulatedDiscrete, initial_trace, move_probabilities
 from .random_walk import random_walk_kernel
 from .soccer import JUMP_STD, KAPPA_SCALE
 
 __all__ = ["soccer_jump", "soccer_rj_kernel", "coal_move", "coal_rj_kernel",
-           "replace_at", "insert_at", "delete_at"]
+           "replace_at", "insert_at", "delete_at", "sample_coal_n"]
 
 
 @gen
@@ -93,3 +94,13 @@ def coal_move(trace, length):
 def coal_rj_kernel(length=LENGTH, check=False):
     """The paper's coal-mining sampler, derived from :func:`coal_move`."""
     return rj_proposal(coal_move, (float(length),), check=check, name="coal (derived from coalMove)")
+
+
+def sample_coal_n(steps, seed, n=3):
+    """Run :func:`coal_rj_kernel` for ``steps`` moves from :func:`.coal.initial_trace` with
+    ``n`` change points; the number of change points per step, as a NumPy array. A plain
+    top-level function, so it can run in a worker process."""
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    chain = run_chain(coal_rj_kernel(), initial_trace(n=n), steps, progress=False, record={"n": "n"})
+    return np.asarray(chain.values("n"))

@@ -84,7 +84,7 @@ def _detach(value):
     return value.detach() if isinstance(value, torch.Tensor) else value
 
 
-def derive_transform(proposal, args=(), *, rtol=1e-9, max_runs=5000, name=None) -> Transform:
+def derive_transform(proposal, args=(), *, rtol=1e-11, max_runs=5000, name=None) -> Transform:
     """The involution derived from ``proposal`` (see the module doc), as a transform."""
     args = tuple(args)
     cache, hints = {}, {}           # symbolic solutions by discrete path; reverse move choices
@@ -101,8 +101,11 @@ def derive_transform(proposal, args=(), *, rtol=1e-9, max_runs=5000, name=None) 
         for address, value in changes.items():
             write(model_out[address], value, _label(x, address, value))
         x_star = x.update({a: _detach(v) for a, v in changes.items()})[0]
-        search = ReverseSearch(proposal, args, x, x_star,
-                               {a: (d, _detach(v)) for a, (d, v) in draws.items()}, changes,
+        draws = {a: (d, _detach(v)) for a, (d, v) in draws.items()}
+        # the forward run must be the only one at x that gives x* (checked where exact)
+        ReverseSearch(proposal, args, x_star, x, {}, changes, symbolic_cache=cache).check_unique(
+            draws, {a: _detach(v) for a, v in changes.items()})
+        search = ReverseSearch(proposal, args, x, x_star, draws, changes,
                                rtol=rtol, max_runs=max_runs, symbolic_cache=cache, hints=hints)
         move = search.find()
         kind = "none" if not move.unknowns else "symbolic" if move.formula is not None else "numerical"
@@ -127,7 +130,7 @@ class RJProposalKernel(InvolutiveKernel):
     it. ``f.inversions`` counts the reverse moves solved symbolically, numerically, and
     those with no continuous draw to solve for ("none")."""
 
-    def __init__(self, proposal, args=(), *, check=False, name=None, rtol=1e-9, max_runs=5000):
+    def __init__(self, proposal, args=(), *, check=False, name=None, rtol=1e-11, max_runs=5000):
         f = derive_transform(proposal, args, rtol=rtol, max_runs=max_runs)
         super().__init__(proposal, tuple(args), f, check=check, name=name or f"rj({proposal.name})")
         self.proposal = proposal
@@ -138,7 +141,7 @@ class RJProposalKernel(InvolutiveKernel):
                                 observations=observations, seed=seed, **kw)
 
 
-def rj_proposal(proposal, args=(), *, check=False, name=None, rtol=1e-9, max_runs=5000) -> RJProposalKernel:
+def rj_proposal(proposal, args=(), *, check=False, name=None, rtol=1e-11, max_runs=5000) -> RJProposalKernel:
     """A reversible-jump kernel derived from ONE proposal program (see the module doc).
 
     ``proposal(trace, *args)`` is a ``@gen`` function that reads the current model trace

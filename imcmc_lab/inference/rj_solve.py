@@ -32,6 +32,7 @@ __all__ = ["ReverseSearch", "ReverseMove"]
 MAX_STARTS = 24          # Gauss-Newton starting points tried per discrete path
 MAX_ITERATIONS = 60
 MAX_REMOVED = 8          # values of x that x* lost, tried as starting points
+ABSOLUTE_TOLERANCE = 1e-300   # a solved value must match x to rtol relative (an exact zero exactly)
 
 
 class _Mismatch(Exception):
@@ -65,7 +66,7 @@ def _same(a, b):
 class ReverseSearch:
     """Search the proposal's runs at ``x_star`` for the one that returns ``x``."""
 
-    def __init__(self, proposal, args, x, x_star, forward_draws, changes, *, rtol=1e-9, max_runs=5000,
+    def __init__(self, proposal, args, x, x_star, forward_draws, changes, *, rtol=1e-11, max_runs=5000,
                  symbolic_cache=None, hints=None):
         self.proposal, self.args, self.x, self.x_star = proposal, args, x, x_star
         self.forward_draws, self.rtol, self.max_runs = forward_draws, rtol, max_runs
@@ -148,7 +149,7 @@ class ReverseSearch:
 
     def converged(self, r, continuous):
         scale = torch.cat([_flat(self.targets[a].value) for a in continuous]) if continuous else r
-        return bool(torch.all(torch.abs(r) <= self.rtol * (1.0 + torch.abs(scale))))
+        return bool(torch.all(torch.abs(r) <= self.rtol * torch.abs(scale) + ABSOLUTE_TOLERANCE))
 
     # -- the search ----------------------------------------------------------
     def find(self) -> ReverseMove:
@@ -242,7 +243,7 @@ class ReverseSearch:
             tried += 1
             u = torch.cat([_flat(v) for v in start])
             try:
-                solved = _gauss_newton(self, path, unknowns, continuous, u)
+                solved = _gauss_newton(self, path, draws, unknowns, continuous, u)
             except _Mismatch:
                 continue
             if solved is None:
@@ -276,7 +277,8 @@ class ReverseSearch:
                 return False
         return True
 
-    def symbolic(self, path, draws, changes, continuous, unknowns):
+    def formula(self, path, draws, changes, continuous, unknowns):
+        """The symbolic solution of this discrete path (cached), or None."""
         key = (tuple(path), tuple(draws), tuple(changes))
         formula = self.symbolic_cache.get(key, False)
         if formula is False:
@@ -285,6 +287,25 @@ class ReverseSearch:
             except NotSymbolic:
                 formula = None
             self.symbolic_cache[key] = formula
+        return formula
+
+    def check_unique(self, draws, changes):
+        """For the forward run itself (this search built with ``x`` and ``x*`` swapped): an
+        error if the symbolic route finds two admissible draws giving the same ``x*``."""
+        unknowns = [(a, d, tuple(torch.as_tensor(v).shape)) for a, (d, v) in draws.items() if not d.discrete]
+        if not unknowns:
+            return
+        path = [v for d, v in draws.values() if d.discrete]
+        try:
+            continuous = self.continuous_returns(changes)
+        except _Mismatch:
+            return
+        formula = self.formula(path, draws, changes, continuous, unknowns)
+        if formula is not None:
+            formula.evaluate_numeric(self, path, unknowns, continuous)
+
+    def symbolic(self, path, draws, changes, continuous, unknowns):
+        formula = self.formula(path, draws, changes, continuous, unknowns)
         if formula is None:
             return None
         u = formula.evaluate_numeric(self, path, unknowns, continuous)
@@ -335,7 +356,7 @@ def _describe(path, draws):
     return ", ".join(f"{format_address(a)}={v!r}" for a, v in zip(discrete, path)) or "no discrete draws"
 
 
-def _gauss_newton(search, path, unknowns, continuous, u):
+def _gauss_newton(search, path, draws, unknowns, continuous, u):
     """Solve ``returned(u) = x`` from ``u``; ``(u, J)`` at the solution, or None."""
     def residual(v):
         changes = search.run(path, _split(v, unknowns))[0]
@@ -345,6 +366,9 @@ def _gauss_newton(search, path, unknowns, continuous, u):
 
     for _ in range(MAX_ITERATIONS):
         r, jac = _residual_and_jacobian(residual, u)
+        lost = _lost_draws(unknowns, jac)
+        if lost:
+            _not_invertible(search.proposal, path, draws, lost)
         if search.converged(r, continuous):
             return u, jac
         if not (torch.all(torch.isfinite(r)) and torch.all(torch.isfinite(jac))):
@@ -386,6 +410,21 @@ def _require_full_rank(proposal, path, draws, unknowns, jac):
         if float(lost[at:at + size].max()) > 1e-3:
             names.append(format_address(address))
         at += size
+    _not_invertible(proposal, path, draws, names)
+
+
+def _lost_draws(unknowns, jac):
+    """The draws whose every column of ``jac`` is zero: what is returned ignores them."""
+    lost, at = [], 0
+    for address, _, shape in unknowns:
+        size = math.prod(shape)
+        if not torch.any(jac[:, at:at + size] != 0):
+            lost.append(format_address(address))
+        at += size
+    return lost
+
+
+def _not_invertible(proposal, path, draws, names):
     raise ProposalError(
         f"rj_proposal({proposal.name}): the proposal is not invertible in its draw "
         f"{' and '.join(names)} (run drawing {_describe(path, draws)}): what it returns does not "
