@@ -273,7 +273,7 @@ class ReverseSearch:
                 if not _same(value, rec.value):
                     return False
             elif not torch.allclose(torch.as_tensor(value, dtype=DTYPE), rec.value.to(DTYPE),
-                                    rtol=1e-7, atol=1e-12):
+                                    rtol=max(1e-7, 10 * self.rtol), atol=0.0):
                 return False
         return True
 

@@ -17,8 +17,8 @@ proposal is not invertible in ``u``: a :class:`~.rj_runs.ProposalError` naming t
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
-import sympy
 import torch
 
 from ..core.address import format_address
@@ -32,11 +32,23 @@ class NotSymbolic(Exception):
     """The traced computation leaves what the symbolic route handles."""
 
 
-_FUNCTIONS = {
-    "exp": sympy.exp, "log": sympy.log, "sqrt": sympy.sqrt, "log1p": lambda e: sympy.log(1 + e),
-    "expm1": lambda e: sympy.exp(e) - 1, "square": lambda e: e ** 2, "reciprocal": lambda e: 1 / e,
-    "sigmoid": lambda e: 1 / (1 + sympy.exp(-e)), "neg": lambda e: -e, "__neg__": lambda e: -e,
-}
+@lru_cache(maxsize=None)
+def _sympy():
+    """SymPy, imported on first use: ``import imcmc_lab`` stays quick."""
+    import sympy
+    return sympy
+
+
+@lru_cache(maxsize=None)
+def _functions():
+    sympy = _sympy()
+    return {
+        "exp": sympy.exp, "log": sympy.log, "sqrt": sympy.sqrt, "log1p": lambda e: sympy.log(1 + e),
+        "expm1": lambda e: sympy.exp(e) - 1, "square": lambda e: e ** 2, "reciprocal": lambda e: 1 / e,
+        "sigmoid": lambda e: 1 / (1 + sympy.exp(-e)), "neg": lambda e: -e, "__neg__": lambda e: -e,
+    }
+
+
 _BINARY = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
     "div": lambda a, b: a / b, "true_divide": lambda a, b: a / b, "pow": lambda a, b: a ** b,
@@ -49,9 +61,9 @@ def _lift(value):
     if isinstance(value, bool):
         raise NotSymbolic
     if isinstance(value, (int, float)):
-        return sympy.Float(value) if isinstance(value, float) else sympy.Integer(value)
+        return _sympy().Float(value) if isinstance(value, float) else _sympy().Integer(value)
     if isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point():
-        return sympy.Float(float(value.detach()))
+        return _sympy().Float(float(value.detach()))
     raise NotSymbolic
 
 
@@ -68,8 +80,8 @@ class Sym:
         name = getattr(func, "__name__", "")
         if kwargs:
             raise NotSymbolic
-        if name in _FUNCTIONS and len(args) == 1:
-            return Sym(_FUNCTIONS[name](_lift(args[0])))
+        if name in _functions() and len(args) == 1:
+            return Sym(_functions()[name](_lift(args[0])))
         base = name.strip("_")
         if base.startswith("r") and base[1:] in _BINARY and len(args) == 2:
             return Sym(_BINARY[base[1:]](_lift(args[1]), _lift(args[0])))
@@ -158,7 +170,7 @@ def _to_torch(expr, env):
         return out
     if expr.is_Pow:
         return args[0] ** args[1]
-    fn = {sympy.exp: torch.exp, sympy.log: torch.log}.get(expr.func)
+    fn = {_sympy().exp: torch.exp, _sympy().log: torch.log}.get(expr.func)
     if fn is None or len(args) != 1:
         raise NotSymbolic
     return fn(torch.as_tensor(args[0], dtype=DTYPE))
@@ -168,6 +180,7 @@ def solve_symbolically(search, path, unknowns, continuous) -> Formula:
     """Trace the run of ``path`` at ``x*`` with symbols and solve for its continuous draws."""
     if any(shape != () for _, _, shape in unknowns):
         raise NotSymbolic
+    sympy = _sympy()
     reads = {}
 
     def read(address):
@@ -195,6 +208,7 @@ def solve_symbolically(search, path, unknowns, continuous) -> Formula:
 
 
 def _solve(changes, continuous, u_symbols, reads):
+    sympy = _sympy()
     equations, targets = [], []
     for i, a in enumerate(continuous):
         if not isinstance(changes[a], Sym) or not changes[a].expr.free_symbols & set(u_symbols.values()):
