@@ -41,7 +41,8 @@ continuous draws are solved for (:mod:`.rj_solve`): exactly with SymPy when the
 traced computation is scalar and elementary (:mod:`.rj_symbolic`), else by
 Gauss-Newton with torch autograd, started from the forward run's value, the values
 ``x*`` lost and a draw of the auxiliary's distribution. A solution is accepted only if
-``x*.update(returned)`` reproduces every choice of ``x``. The derivatives of ``u*``
+re-running the proposal with it returns ``x``'s value at every address where ``x*``
+differs from ``x`` (so ``x*.update(returned)`` is ``x``). The derivatives of ``u*``
 come from the implicit function theorem (one Newton step from the detached solution,
 on the transform's tracked values), so the Jacobian the engine takes is exact.
 

@@ -6,7 +6,7 @@ depth-first enumeration (the forward run's value at the same address first), its
 continuous draws ``u*`` by solving ``returned(u*; x*) = x`` -- symbolically
 (:mod:`.rj_symbolic`) where the traced computation is scalar and elementary, else by
 Gauss-Newton with torch autograd from a few starting points. A solution counts only
-when ``x*.update(returned)`` reproduces every choice of ``x``.
+when re-running the proposal with it returns ``x`` (:meth:`ReverseSearch.verify`).
 
 The solution's derivatives come from the implicit function theorem, without
 differentiating through the solver: at a solution ``u0``, ``u* = u0 - J^+ r(u0; x*, x)``
@@ -63,7 +63,127 @@ def _same(a, b):
     return a == b
 
 
-class ReverseSearch:
+class _Solving:
+    """The continuous part of :class:`ReverseSearch`: solving one discrete path's draws
+    (symbolically, else by Gauss-Newton) and their tracked values. A base class only to
+    keep each class short; it uses the search's ``run``, ``residual``, ``converged`` and ``verify``."""
+
+    def solve(self, path, draws, changes, continuous, guesses):
+        unknowns = [(a, d, tuple(torch.as_tensor(v).shape)) for a, (d, v) in draws.items() if not d.discrete]
+        if not unknowns:
+            if self.converged(self.residual(changes, continuous), continuous) and self.verify(changes):
+                return ReverseMove(path, draws, [], None, None, continuous)
+            return None
+        formula = self.symbolic(path, draws, changes, continuous, unknowns)
+        if formula is not None:
+            return formula
+        k = sum(math.prod(s) for _, _, s in unknowns)
+        m = int(self.residual(changes, continuous).numel())
+        if m < k:
+            self.problems.append(
+                f"the run drawing {_describe(path, draws)} has {k} continuous coordinates "
+                f"({', '.join(format_address(a) for a, _, _ in unknowns)}) but what it returns "
+                f"fixes only {m}")
+            return None
+        return self.newton_from_starts(path, draws, unknowns, continuous, guesses)
+
+    def starting_points(self, address, dist):
+        """Where to start solving for a continuous draw: the forward run's value at the same
+        address, the values ``x*`` lost, a draw of ``dist``; only points in its support."""
+        found = self.forward_draws.get(address)
+        points = [found[1]] if found is not None and not found[0].discrete else []
+        if not dist.event_shape:
+            points += self.removed
+        points.append(_private_draw(dist))
+        kept = []
+        for p in points:
+            p = torch.as_tensor(p, dtype=DTYPE).detach()
+            if dist.logpdf(p) > -math.inf and not any(torch.equal(p, q) for q in kept):
+                kept.append(p)
+        return kept
+
+    def newton_from_starts(self, path, draws, unknowns, continuous, guesses):
+        lists = [self.starting_points(a, d) for a, d, _ in unknowns]
+        tried = 0
+        for start in itertools.islice(itertools.product(*lists), MAX_STARTS):
+            tried += 1
+            u = torch.cat([_flat(v) for v in start])
+            try:
+                solved = _gauss_newton(self, path, draws, unknowns, continuous, u)
+            except _Mismatch:
+                continue
+            if solved is None:
+                continue
+            u, jac = solved
+            _require_full_rank(self.proposal, path, draws, unknowns, jac)
+            changes = self.run(path, _split(u, unknowns))[0]
+            if self.verify(changes):
+                return ReverseMove(path, draws, unknowns, u, jac, continuous)
+        self.problems.append(f"the run drawing {_describe(path, draws)}: no solution for "
+                             f"{', '.join(format_address(a) for a, _, _ in unknowns)} from {tried} "
+                             f"starting points")
+        return None
+
+    def formula(self, path, draws, changes, continuous, unknowns):
+        """The symbolic solution of this discrete path (cached), or None."""
+        key = (tuple(path), tuple(draws), tuple(changes))
+        formula = self.symbolic_cache.get(key, False)
+        if formula is False:
+            try:
+                formula = solve_symbolically(self, path, unknowns, continuous)
+            except NotSymbolic:
+                formula = None
+            self.symbolic_cache[key] = formula
+        return formula
+
+    def check_unique(self, draws, changes):
+        """For the forward run itself (this search built with ``x`` and ``x*`` swapped): an
+        error if the symbolic route finds two admissible draws giving the same ``x*``."""
+        unknowns = [(a, d, tuple(torch.as_tensor(v).shape)) for a, (d, v) in draws.items() if not d.discrete]
+        if not unknowns:
+            return
+        path = [v for d, v in draws.values() if d.discrete]
+        try:
+            continuous = self.continuous_returns(changes)
+        except _Mismatch:
+            return
+        formula = self.formula(path, draws, changes, continuous, unknowns)
+        if formula is not None:
+            formula.evaluate_numeric(self, path, unknowns, continuous)
+
+    def symbolic(self, path, draws, changes, continuous, unknowns):
+        formula = self.formula(path, draws, changes, continuous, unknowns)
+        if formula is None:
+            return None
+        u = formula.evaluate_numeric(self, path, unknowns, continuous)
+        if u is None:
+            return None
+        changes = self.run(path, _split(u, unknowns))[0]
+        if not self.verify(changes):
+            return None
+        return ReverseMove(path, draws, unknowns, u, None, continuous, formula=formula)
+
+    # -- the tracked solution (inside the transform) -------------------------
+    def tracked_draws(self, move, view, target):
+        """The reverse run's draws as tracked values: discrete ones as found, continuous ones
+        ``u0 - J^+ r`` evaluated on the transform's tracked ``x*`` (``view``) and ``x`` (``target``)."""
+        values = dict(zip([a for a, d in move.order if d.discrete], move.path))
+        if not move.unknowns:
+            return values
+        if move.formula is not None:
+            u = move.formula.evaluate_tracked(self, move, view, target)
+        else:
+            fixed = _split(move.u0, move.unknowns)
+            changes, _ = run_proposal(self.proposal, view, self.args, _fixed_draw(move.path, fixed))
+            r = self.residual(changes, move.continuous, target)
+            u = move.u0 - torch.linalg.pinv(move.jac) @ r
+        values.update(_split(u, move.unknowns))
+        return values
+
+
+
+
+class ReverseSearch(_Solving):
     """Search the proposal's runs at ``x_star`` for the one that returns ``x``."""
 
     def __init__(self, proposal, args, x, x_star, forward_draws, changes, *, rtol=1e-11, max_runs=5000,
@@ -180,25 +300,6 @@ class ReverseSearch:
             f"every move it makes (e.g. a death for each birth), with its continuous draws "
             f"determined by what it returns.")
 
-    def solve(self, path, draws, changes, continuous, guesses):
-        unknowns = [(a, d, tuple(torch.as_tensor(v).shape)) for a, (d, v) in draws.items() if not d.discrete]
-        if not unknowns:
-            if self.converged(self.residual(changes, continuous), continuous) and self.verify(changes):
-                return ReverseMove(path, draws, [], None, None, continuous)
-            return None
-        formula = self.symbolic(path, draws, changes, continuous, unknowns)
-        if formula is not None:
-            return formula
-        k = sum(math.prod(s) for _, _, s in unknowns)
-        m = int(self.residual(changes, continuous).numel())
-        if m < k:
-            self.problems.append(
-                f"the run drawing {_describe(path, draws)} has {k} continuous coordinates "
-                f"({', '.join(format_address(a) for a, _, _ in unknowns)}) but what it returns "
-                f"fixes only {m}")
-            return None
-        return self.newton_from_starts(path, draws, unknowns, continuous, guesses)
-
     def preferred(self, address):
         """The value to try first for a discrete draw: what the reverse of a move like the
         forward one drew before (``hints``), else the forward run's value."""
@@ -219,119 +320,27 @@ class ReverseSearch:
         found = self.forward_draws.get(address)
         if found is not None and not found[0].discrete and dist.logpdf(found[1]) > -math.inf:
             return found[1]
-        return torch.as_tensor(dist.sample(), dtype=DTYPE)
-
-    def starting_points(self, address, dist):
-        """Where to start solving for a continuous draw: the forward run's value at the same
-        address, the values ``x*`` lost, a draw of ``dist``; only points in its support."""
-        found = self.forward_draws.get(address)
-        points = [found[1]] if found is not None and not found[0].discrete else []
-        if not dist.event_shape:
-            points += self.removed
-        points.append(dist.sample())
-        kept = []
-        for p in points:
-            p = torch.as_tensor(p, dtype=DTYPE).detach()
-            if dist.logpdf(p) > -math.inf and not any(torch.equal(p, q) for q in kept):
-                kept.append(p)
-        return kept
-
-    def newton_from_starts(self, path, draws, unknowns, continuous, guesses):
-        lists = [self.starting_points(a, d) for a, d, _ in unknowns]
-        tried = 0
-        for start in itertools.islice(itertools.product(*lists), MAX_STARTS):
-            tried += 1
-            u = torch.cat([_flat(v) for v in start])
-            try:
-                solved = _gauss_newton(self, path, draws, unknowns, continuous, u)
-            except _Mismatch:
-                continue
-            if solved is None:
-                continue
-            u, jac = solved
-            _require_full_rank(self.proposal, path, draws, unknowns, jac)
-            changes = self.run(path, _split(u, unknowns))[0]
-            if self.verify(changes):
-                return ReverseMove(path, draws, unknowns, u, jac, continuous)
-        self.problems.append(f"the run drawing {_describe(path, draws)}: no solution for "
-                             f"{', '.join(format_address(a) for a, _, _ in unknowns)} from {tried} "
-                             f"starting points")
-        return None
+        return torch.as_tensor(_private_draw(dist), dtype=DTYPE)
 
     def verify(self, changes) -> bool:
-        """Whether ``x*`` updated with what the reverse run returns is ``x``, choice by choice."""
-        try:
-            back = self.x_star.update(changes)[0].flat_records()
-        except Exception:       # a structurally wrong return: not the reverse move
-            return False
-        targets = self.targets
-        if back.keys() != targets.keys():
-            return False
-        for a, rec in targets.items():
-            value = back[a].value
-            if rec.discrete:
-                if not _same(value, rec.value):
-                    return False
-            elif not torch.allclose(torch.as_tensor(value, dtype=DTYPE), rec.value.to(DTYPE),
-                                    rtol=max(1e-7, 10 * self.rtol), atol=0.0):
-                return False
-        return True
-
-    def formula(self, path, draws, changes, continuous, unknowns):
-        """The symbolic solution of this discrete path (cached), or None."""
-        key = (tuple(path), tuple(draws), tuple(changes))
-        formula = self.symbolic_cache.get(key, False)
-        if formula is False:
-            try:
-                formula = solve_symbolically(self, path, unknowns, continuous)
-            except NotSymbolic:
-                formula = None
-            self.symbolic_cache[key] = formula
-        return formula
-
-    def check_unique(self, draws, changes):
-        """For the forward run itself (this search built with ``x`` and ``x*`` swapped): an
-        error if the symbolic route finds two admissible draws giving the same ``x*``."""
-        unknowns = [(a, d, tuple(torch.as_tensor(v).shape)) for a, (d, v) in draws.items() if not d.discrete]
-        if not unknowns:
-            return
-        path = [v for d, v in draws.values() if d.discrete]
+        """Whether a reverse run's result gives back ``x``: every address where ``x*`` differs
+        from ``x`` (discarded ones included) is returned, and every returned value is ``x``'s
+        (continuous ones to ``rtol``). Then ``x*.update(changes)`` is ``x``: the model, run
+        with ``x``'s value at each address it visits, visits exactly ``x``'s addresses."""
         try:
             continuous = self.continuous_returns(changes)
         except _Mismatch:
-            return
-        formula = self.formula(path, draws, changes, continuous, unknowns)
-        if formula is not None:
-            formula.evaluate_numeric(self, path, unknowns, continuous)
+            return False
+        return self.converged(self.residual(changes, continuous), continuous)
 
-    def symbolic(self, path, draws, changes, continuous, unknowns):
-        formula = self.formula(path, draws, changes, continuous, unknowns)
-        if formula is None:
-            return None
-        u = formula.evaluate_numeric(self, path, unknowns, continuous)
-        if u is None:
-            return None
-        changes = self.run(path, _split(u, unknowns))[0]
-        if not self.verify(changes):
-            return None
-        return ReverseMove(path, draws, unknowns, u, None, continuous, formula=formula)
 
-    # -- the tracked solution (inside the transform) -------------------------
-    def tracked_draws(self, move, view, target):
-        """The reverse run's draws as tracked values: discrete ones as found, continuous ones
-        ``u0 - J^+ r`` evaluated on the transform's tracked ``x*`` (``view``) and ``x`` (``target``)."""
-        values = dict(zip([a for a, d in move.order if d.discrete], move.path))
-        if not move.unknowns:
-            return values
-        if move.formula is not None:
-            u = move.formula.evaluate_tracked(self, move, view, target)
-        else:
-            fixed = _split(move.u0, move.unknowns)
-            changes, _ = run_proposal(self.proposal, view, self.args, _fixed_draw(move.path, fixed))
-            r = self.residual(changes, move.continuous, target)
-            u = move.u0 - torch.linalg.pinv(move.jac) @ r
-        values.update(_split(u, move.unknowns))
-        return values
+def _private_draw(dist):
+    """A draw of ``dist`` from a fixed seed, outside the user's random stream: the derived
+    transform stays a deterministic function of ``(x, y)`` and a chain consumes the same
+    random numbers as a hand-written kernel's."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(20190416)
+        return dist.sample()
 
 
 def _fixed_draw(path, continuous_values):
