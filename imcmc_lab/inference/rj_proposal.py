@@ -47,7 +47,9 @@ come from the implicit function theorem (one Newton step from the detached solut
 on the transform's tracked values), so the Jacobian the engine takes is exact.
 
 *Errors.* No run returns ``x``: the proposal cannot propose going back (it names the
-changed addresses and what each path lacked). The result does not change with a draw
+changed addresses and what each path lacked). Mapping such an ``(x, y)`` to itself
+(rejecting) would be valid only if no reverse run exists, which a numerical search cannot
+prove; a missed one would break detailed balance silently, so it is an error. The result does not change with a draw
 (``kap = 0.015``), or two values of a draw give the same result (``kap = u ** 2``): not
 invertible, naming the draw. Unequal dimensions are the engine's dimension error.
 

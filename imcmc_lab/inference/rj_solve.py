@@ -39,6 +39,14 @@ class _Mismatch(Exception):
     """This discrete path cannot return ``x`` (checked without solving)."""
 
 
+class _LostDraw(Exception):
+    """What the run returns does not depend on these draws (zero derivative) at this point."""
+
+    def __init__(self, names):
+        super().__init__(names)
+        self.names = names
+
+
 class ReverseMove:
     """The reverse run found: its discrete ``path``, its draws in order (``order``:
     ``[(address, dist)]``), its continuous unknowns with their solution ``u0`` and the
@@ -104,13 +112,16 @@ class _Solving:
 
     def newton_from_starts(self, path, draws, unknowns, continuous, guesses):
         lists = [self.starting_points(a, d) for a, d, _ in unknowns]
-        tried = 0
+        tried, lost = 0, []
         for start in itertools.islice(itertools.product(*lists), MAX_STARTS):
             tried += 1
             u = torch.cat([_flat(v) for v in start])
             try:
-                solved = _gauss_newton(self, path, draws, unknowns, continuous, u)
+                solved = _gauss_newton(self, path, unknowns, continuous, u)
             except _Mismatch:
+                continue
+            except _LostDraw as exc:          # zero derivative here; maybe not elsewhere
+                lost.append(exc.names)
                 continue
             if solved is None:
                 continue
@@ -119,6 +130,8 @@ class _Solving:
             changes = self.run(path, _split(u, unknowns))[0]
             if self.verify(changes):
                 return ReverseMove(path, draws, unknowns, u, jac, continuous)
+        if lost and len(lost) == tried:       # what it returns ignores the draw at every start
+            _not_invertible(self.proposal, path, draws, lost[0])
         self.problems.append(f"the run drawing {_describe(path, draws)}: no solution for "
                              f"{', '.join(format_address(a) for a, _, _ in unknowns)} from {tried} "
                              f"starting points")
@@ -365,7 +378,7 @@ def _describe(path, draws):
     return ", ".join(f"{format_address(a)}={v!r}" for a, v in zip(discrete, path)) or "no discrete draws"
 
 
-def _gauss_newton(search, path, draws, unknowns, continuous, u):
+def _gauss_newton(search, path, unknowns, continuous, u):
     """Solve ``returned(u) = x`` from ``u``; ``(u, J)`` at the solution, or None."""
     def residual(v):
         changes = search.run(path, _split(v, unknowns))[0]
@@ -377,7 +390,7 @@ def _gauss_newton(search, path, draws, unknowns, continuous, u):
         r, jac = _residual_and_jacobian(residual, u)
         lost = _lost_draws(unknowns, jac)
         if lost:
-            _not_invertible(search.proposal, path, draws, lost)
+            raise _LostDraw(lost)
         if search.converged(r, continuous):
             return u, jac
         if not (torch.all(torch.isfinite(r)) and torch.all(torch.isfinite(jac))):

@@ -176,6 +176,18 @@ def _to_torch(expr, env):
     return fn(torch.as_tensor(args[0], dtype=DTYPE))
 
 
+def _evaluable(expr) -> bool:
+    """Whether :func:`_to_torch` can evaluate ``expr`` (real numbers, +, *, **, exp, log)."""
+    sympy = _sympy()
+    if expr.is_Symbol:
+        return True
+    if expr.is_Number:
+        return bool(expr.is_real)
+    if not (expr.is_Add or expr.is_Mul or expr.is_Pow or expr.func in (sympy.exp, sympy.log)):
+        return False
+    return all(_evaluable(a) for a in expr.args)
+
+
 def solve_symbolically(search, path, unknowns, continuous) -> Formula:
     """Trace the run of ``path`` at ``x*`` with symbols and solve for its continuous draws."""
     if any(shape != () for _, _, shape in unknowns):
@@ -228,6 +240,6 @@ def _solve(changes, continuous, u_symbols, reads):
         if any(s not in solution or solution[s].free_symbols & set(unknown) for s in unknown):
             raise NotSymbolic
         exprs.append([solution[s] for s in unknown])
-    if not exprs:
-        raise NotSymbolic
+    if not exprs or not all(_evaluable(e) for solution in exprs for e in solution):
+        raise NotSymbolic             # e.g. a complex root: solve numerically instead
     return Formula(exprs, [(s, a) for a, s in reads.items()], targets)
