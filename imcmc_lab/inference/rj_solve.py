@@ -76,7 +76,7 @@ class _Solving:
     (symbolically, else by Gauss-Newton) and their tracked values. A base class only to
     keep each class short; it uses the search's ``run``, ``residual``, ``converged`` and ``verify``."""
 
-    def solve(self, path, draws, changes, continuous, guesses):
+    def solve(self, path, draws, changes, continuous):
         unknowns = [(a, d, tuple(torch.as_tensor(v).shape)) for a, (d, v) in draws.items() if not d.discrete]
         if not unknowns:
             if self.converged(self.residual(changes, continuous), continuous) and self.verify(changes):
@@ -93,7 +93,7 @@ class _Solving:
                 f"({', '.join(format_address(a) for a, _, _ in unknowns)}) but what it returns "
                 f"fixes only {m}")
             return None
-        return self.newton_from_starts(path, draws, unknowns, continuous, guesses)
+        return self.newton_from_starts(path, draws, unknowns, continuous)
 
     def starting_points(self, address, dist):
         """Where to start solving for a continuous draw: the forward run's value at the same
@@ -110,7 +110,7 @@ class _Solving:
                 kept.append(p)
         return kept
 
-    def newton_from_starts(self, path, draws, unknowns, continuous, guesses):
+    def newton_from_starts(self, path, draws, unknowns, continuous):
         lists = [self.starting_points(a, d) for a, d, _ in unknowns]
         tried, lost = 0, []
         for start in itertools.islice(itertools.product(*lists), MAX_STARTS):
@@ -192,8 +192,6 @@ class _Solving:
             u = move.u0 - torch.linalg.pinv(move.jac) @ r
         values.update(_split(u, move.unknowns))
         return values
-
-
 
 
 class ReverseSearch(_Solving):
@@ -289,15 +287,15 @@ class ReverseSearch(_Solving):
         stack, runs = [[]], 0
         while stack and runs < self.max_runs:
             prefix, runs = stack.pop(), runs + 1
-            guesses, branches = {}, []
+            branches = []
             try:
-                changes, draws, path = self.run(prefix, guesses, branches)
-                stack.extend(branches)
+                changes, draws, path = self.run(prefix, {}, branches)
                 continuous = self.continuous_returns(changes)
             except _Mismatch:
-                stack.extend(branches)
                 continue
-            found = self.solve(path, draws, changes, continuous, guesses)
+            finally:
+                stack.extend(branches)        # the alternatives met on the way, deepest on top
+            found = self.solve(path, draws, changes, continuous)
             if found is not None:
                 self.remember(found)
                 return found
