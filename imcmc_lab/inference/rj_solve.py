@@ -64,6 +64,13 @@ def _flat(value):
     return torch.as_tensor(value, dtype=DTYPE).reshape(-1)
 
 
+def _scalar(value):
+    """A discrete value as a hashable Python scalar (None for a vector)."""
+    if isinstance(value, torch.Tensor):
+        return value.item() if value.numel() == 1 else None
+    return value
+
+
 def _same(a, b):
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         a, b = torch.as_tensor(a), torch.as_tensor(b)
@@ -317,14 +324,15 @@ class ReverseSearch(_Solving):
         found = self.forward_draws.get(address)
         if found is None or not found[0].discrete:
             return None
-        return self.hints.get((address, found[1]), found[1])
+        value = _scalar(found[1])
+        return None if value is None else self.hints.get((address, value), value)
 
     def remember(self, move):
         """After a success: the reverse draws of this kind of forward move, as hints."""
         for (address, dist), value in zip([o for o in move.order if o[1].discrete], move.path):
             found = self.forward_draws.get(address)
-            if found is not None and found[0].discrete:
-                self.hints[(address, found[1])] = value
+            if found is not None and found[0].discrete and _scalar(found[1]) is not None:
+                self.hints[(address, _scalar(found[1]))] = value
 
     def first_guess(self, address, dist):
         """A value for a continuous draw while only the discrete path is being tried."""
