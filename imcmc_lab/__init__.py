@@ -22,6 +22,7 @@ from .inference.distributed import ChainsFailed, run_chains
 from .inference.nphmc import NPHMC, check_nphmc, nphmc
 from .inference.smc import PG, PGAS, ParticleFilter, ParticleState, Steps, resample, smc
 from .inference.stationarity import StationarityResult, check_stationarity
+from .inference.rj_proposal import ProposalError, RJProposalKernel, rj_proposal
 from .modeling.runtime import differentiable_score
 from .modeling.families import choice_family as _choice_family   # called by compiled %%gen cells
 
