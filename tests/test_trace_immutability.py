@@ -194,3 +194,45 @@ def test_a_value_re_scored_by_update_stays_protected_after_the_lending_trace_is_
     y.add_(10.0)
     with pytest.raises(il.errors.TraceChangedError, match=r"\('data', 1, 'y'\)"):
         new.update({"slope": 0.1})
+
+
+@il.gen
+def _centred(n):
+    xs = il.iid(il.normal(0.0, 1.0), n) @ "xs"
+    xs -= xs.mean()                  # the mistake: changes the drawn value after it was scored
+    return xs
+
+
+@il.gen
+def _centred_kept(n):
+    mu = il.normal(0.0, 1.0) @ "mu"
+    if n > 2:
+        mu += 1.0                    # the same mistake on a value update keeps from the old trace
+    return mu
+
+
+@pytest.mark.parametrize("run", [
+    lambda: _centred.simulate(3),
+    lambda: _centred.generate((3,), {"xs": [0.5, 1.0, 3.0]}),
+    lambda: _centred_kept.generate((2,), {"mu": 0.2})[0].update(None, (3,)),
+])
+def test_a_body_that_changes_a_drawn_value_in_place_is_an_error_naming_the_address_and_line(run):
+    """The trace would keep the changed value with the density of the drawn one (silently
+    wrong scores and weights: simulate's score disagreed with assess)."""
+    with pytest.raises(il.TraceChangedError) as err:
+        run()
+    message = str(err.value)
+    assert ("'xs'" in message or "'mu'" in message) and "line" in message and "in place" in message
+    assert "xs = xs - " in message or "mu = mu + " in message or "out-of-place" in message
+
+
+def test_a_body_that_changes_a_copy_of_a_drawn_value_is_fine():
+    @il.gen
+    def centred_copy(n):
+        xs = il.iid(il.normal(0.0, 1.0), n) @ "xs"
+        ys = xs.clone()
+        ys -= ys.mean()
+        return ys
+
+    trace = centred_copy.simulate(4)
+    assert trace.get_score() == pytest.approx(centred_copy.assess((4,), trace.get_choices()), abs=1e-12)

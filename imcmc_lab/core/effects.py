@@ -10,7 +10,11 @@ implements::
     handler.call(address, gen_fn, args, line)    # -> the callee's return value
     handler.choice_family(namespace, keys, dist, line)   # -> the values (optional)
 
-``line`` is ``(filename, lineno)`` of the user's code, for error messages.
+``line`` is ``(filename, lineno)`` of the user's code, for error messages. A handler
+with a list attribute ``handed`` gets each tensor value the body received appended to
+it with its version counter, ``(value, value._version)``, so that it can tell whether
+the body changed a drawn value in place (the trace would keep the changed value with
+the density of the drawn one).
 """
 
 from __future__ import annotations
@@ -19,7 +23,11 @@ import sys
 import threading
 from contextlib import contextmanager
 
+import torch
+
 from .address import normalize_address
+
+_Tensor = torch.Tensor
 
 __all__ = ["current_handler", "active_handler", "handling", "visit_choice", "visit_call", "NoHandlerError"]
 
@@ -74,7 +82,12 @@ def visit_choice(dist, address):
     """``dist @ address``: once per random choice, so the lookups are inlined."""
     handler = getattr(_local, "handler", None) or current_handler()
     frame = sys._getframe(2)        # the body that wrote `dist @ address`
-    return handler.choice(normalize_address(address), dist, (frame.f_code.co_filename, frame.f_lineno))
+    value = handler.choice(normalize_address(address), dist, (frame.f_code.co_filename, frame.f_lineno))
+    if type(value) is _Tensor:
+        handed = getattr(handler, "handed", None)
+        if handed is not None:
+            handed.append((value, value._version))
+    return value
 
 
 def visit_call(gen_fn, args, address):

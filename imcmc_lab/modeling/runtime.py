@@ -43,6 +43,8 @@ def run_dynamic(gen_fn, request):
         retval = gen_fn.fn(*request.args)
     finally:
         pop_handler(saved)
+    if tracer.handed:
+        tracer.check_handed()
     tracer.finish()
     score = sum(map(_LOGPDF, tracer.records.values()), 0.0)     # in order, as a loop would
     trace = DynamicTrace(gen_fn, request.args, retval, score, tracer.records, tracer.families)

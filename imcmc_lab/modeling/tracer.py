@@ -27,7 +27,7 @@ import math
 
 from ..core.address import format_address
 from ..core.values import format_value, values_equal
-from ..errors import AddressError, DistributionError, DuplicateAddressError
+from ..errors import AddressError, DistributionError, DuplicateAddressError, TraceChangedError
 from .execution import Execution, Result, counters
 from .family_update import BULK_FAMILY, family_addresses, remember_family, update_family
 from .trace import CallRecord, ChoiceRecord
@@ -62,7 +62,7 @@ class Tracer:
 
     __slots__ = ("gen_fn", "request", "prev", "constraints", "selection", "records", "lines",
                  "family_lines", "namespaces", "weight", "discard", "fresh", "n_used", "_groups",
-                 "impossible", "grad_terms", "n_kept", "families")
+                 "impossible", "grad_terms", "n_kept", "families", "handed")
 
     #: whether the mode starts from a previous trace (update, regenerate)
     incremental = False
@@ -93,6 +93,8 @@ class Tracer:
         self.n_kept = 0
         # (namespace, line) -> family_update.Family: this run's indexed families, for the next update
         self.families = None
+        # (tensor, its version) for each tensor value the body received (core.effects.visit_choice)
+        self.handed = []
 
     # -- the mode's rules for a child (sub-call or combinator element) ----------
     @classmethod
@@ -102,6 +104,24 @@ class Tracer:
 
     def finish(self):
         """End of the run (incremental modes remove what the run no longer visits)."""
+
+    def check_handed(self):
+        """Raise if the body changed in place a value it drew: the trace would hold the
+        changed value with the density of the drawn one."""
+        for value, version in self.handed:
+            if value._version != version:
+                address = next((a for a, r in self.records.items()
+                                if type(r) is ChoiceRecord and r.value is value), None)
+                where = format_address(address) if address is not None else "a random choice"
+                name = address[-1] if address is not None and isinstance(address[-1], str) else "x"
+                line = self.lines.get(address)
+                raise TraceChangedError(
+                    f"the body of {self.gen_fn.name} changed the value of {where} in place after "
+                    f"drawing it{f' ({describe_line(line)})' if line else ''}: the trace would keep "
+                    f"the changed value with the density of the drawn one. Use an out-of-place "
+                    f"operation, which makes a new tensor: `{name} = {name} - ...` instead of "
+                    f"`{name} -= ...`, `{name}[i] = ...` or `{name}.sub_(...)`; or copy first with "
+                    f"`{name} = {name}.clone()`.")
 
     # -- address bookkeeping ---------------------------------------------
     def _claim(self, address, line, what):
