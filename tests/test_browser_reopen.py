@@ -175,7 +175,11 @@ def test_trusted_saved_notebook_restores_the_final_sampler(browser, saved_folder
         cell.scroll_into_view_if_needed(timeout=60_000)
         live = cell.locator(".imcmc-stream")
         live.wait_for(state="visible", timeout=60_000)      # the widget, not the fallback
-        assert "30 / 30 steps" in live.locator(".imcmc-stream-status").inner_text().replace("\u2009", " ")
+        # the container shows before its children have drawn their restored values: wait for the text
+        status = live.locator(".imcmc-stream-status")
+        page.wait_for_function("e => /30\\s*\\/\\s*30\\s*steps/.test(e.innerText)", arg=status.element_handle(),
+                               timeout=30_000)
+        assert "30 / 30 steps" in status.inner_text().replace("\u2009", " ")
         assert "finished" in live.inner_text() and cell.locator(".imcmc-static").is_hidden()
         # its plot is the final one: the same PNG as the (hidden) static picture of the end
         same = live.locator("img").evaluate("""async (img, alt) => {
