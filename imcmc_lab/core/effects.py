@@ -8,7 +8,8 @@ implements::
 
     handler.choice(address, dist, line)          # -> the choice's value
     handler.call(address, gen_fn, args, line)    # -> the callee's return value
-    handler.choice_family(namespace, keys, dist, line)   # -> the values (optional)
+    handler.choice_family(namespace, keys, dist, line, values=True)   # -> the values (optional;
+                                                 # with values=False, a loop's: may be None)
 
 ``line`` is ``(filename, lineno)`` of the user's code, for error messages. A handler
 with a list attribute ``handed`` gets each tensor value the body received appended to

@@ -95,11 +95,11 @@ def choice_family(parts, namespace, keys, element, lineno, operands=None, loop=F
     __tracebackhide__ = True
     if type(keys) is not range:
         keys = list(keys)
-    values = _family_values(parts, namespace, keys, element, lineno, operands)
+    values = _family_values(parts, namespace, keys, element, lineno, operands, not loop)
     return keys[-1:] if loop else values
 
 
-def _family_values(parts, namespace, keys, element, lineno, operands):
+def _family_values(parts, namespace, keys, element, lineno, operands, wanted=True):
     __tracebackhide__ = True
     tracer = active_handler()
     if tracer is None or not keys:
@@ -110,7 +110,9 @@ def _family_values(parts, namespace, keys, element, lineno, operands):
     if not _is_pure_constructor(constructor):
         return [element(key) for key in keys]
     line = (sys._getframe(2).f_code.co_filename, lineno)
-    return tracer.choice_family(namespace, keys, constructor(*args), line)
+    if wanted:
+        return tracer.choice_family(namespace, keys, constructor(*args), line)
+    return tracer.choice_family(namespace, keys, constructor(*args), line, values=False)
 
 
 # ---------------------------------------------------------------------------

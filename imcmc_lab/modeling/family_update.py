@@ -18,9 +18,9 @@ import operator
 import torch
 
 from ..core.address import normalize_address
-from ..core.values import ScalarList, plain_float, plain_floats
+from ..core.values import ScalarList, float64_vector, plain_float, plain_floats
 from .execution import counters
-from .trace import ChoiceRecord
+from .trace import ChoiceRecord, FamilyRecord, FamilySlot, FamilyValues
 
 __all__ = ["BULK_FAMILY", "Family", "family_addresses", "remember_family", "update_family"]
 
@@ -34,8 +34,9 @@ _LOGPDF = operator.attrgetter("logpdf")
 _VALUE = operator.attrgetter("value")
 
 
-def update_family(tracer, namespace, keys, dist, line):
-    """``tracer.choice_family`` of an update: the family's values, in key order."""
+def update_family(tracer, namespace, keys, dist, line, values=True):
+    """``tracer.choice_family`` of an update: the family's values, in key order (None if
+    not ``values`` and the family is compact)."""
     choice = tracer.choice
     addresses, rest = family_addresses(namespace, keys)
     if len(addresses) < BULK_FAMILY:
@@ -43,10 +44,17 @@ def update_family(tracer, namespace, keys, dist, line):
     if rest is None:
         rest = frozenset(addresses[1:])
     if (len(rest) != len(addresses) - 1 or not rest.isdisjoint(tracer.records)
-            or not rest.isdisjoint(tracer.namespaces)):
+            or not rest.isdisjoint(tracer.namespaces) or _overlaps(tracer, namespace, keys)):
         # a repeated key or an address taken already: choice() raises the right error
         return [choice(address, dist, line) for address in addresses]
     prev = tracer.prev
+    if prev._compact is not None and (namespace,) in prev._compact:
+        family = _compact_update(tracer, namespace, keys, dist, line, addresses)
+        if family is not None:
+            return _handed(family, values)
+        # element by element: choice() finds the old family's elements one by one
+        found = [choice(address, dist, line) for address in addresses]
+        return remember_family(tracer, namespace, line, keys, addresses, dist, found)
     old = prev._families.get((namespace, line)) if prev._families else None
     offset = _aligned_offset(old, keys, dist)
     if offset is None:
@@ -179,9 +187,140 @@ def _family_redo(tracer, addresses, prev_recs, rest, dist):
 
 
 def remember_family(tracer, namespace, line, keys, addresses, dist, values):
-    """Remember a family the tracer ran element by element; its values."""
+    """Remember a family the tracer ran element by element; its values. Held compact
+    (one :class:`~.trace.FamilyRecord`) when it can be: keys a range, scalar continuous
+    float64 values, one distribution, finite log-densities, no autograd terms."""
     recs = list(map(tracer.records.__getitem__, addresses))
-    return _store_family(tracer, namespace, line, keys, dist, recs, values, _uniform(recs, dist), None)
+    uniform = _uniform(recs, dist)
+    if uniform and type(keys) is range and tracer.grad_terms is None and not dist.discrete \
+            and not dist.event_shape:
+        floats = plain_floats(values)
+        if floats is not None:
+            records = tracer.records
+            for address in addresses:
+                del records[address]
+            logpdfs = list(map(_LOGPDF, recs))
+            family = FamilyRecord(namespace, keys, dist, FamilyValues(float64_vector(floats), list(values), floats),
+                                  float64_vector(logpdfs), sum(logpdfs), line)
+            _hold(tracer, family)
+            return ScalarList(values, family.values.floats)
+    return _store_family(tracer, namespace, line, keys, dist, recs, values, uniform, None)
+
+
+def _hold(tracer, family):
+    """Enter ``family`` in the run's records (under its slot) and compact families."""
+    tracer.records[FamilySlot(family.namespace, family.keys)] = family
+    if tracer.compact is None:
+        tracer.compact = {}
+    tracer.compact.setdefault((family.namespace,), []).append(family)
+
+
+def _handed(family, values):
+    return ScalarList(family.values.all(), family.values.floats) if values else None
+
+
+def _overlaps(tracer, namespace, keys):
+    """Whether a compact family of this run on ``namespace`` may share a key with ``keys``."""
+    found = tracer.compact.get((namespace,)) if tracer.compact is not None else None
+    if not found:
+        return False
+    if type(keys) is not range or keys.step != 1:
+        return True
+    return any(f.keys.step != 1 or max(f.keys.start, keys.start) < min(f.keys.stop, keys.stop) for f in found)
+
+
+def _constrained_positions(tracer, namespace, keys):
+    """Sorted positions of the constrained elements of a family over the range ``keys``."""
+    constraints = tracer.constraints
+    if not constraints:
+        return []
+    found = [keys.index(a[1]) for a in constraints
+             if len(a) == 2 and a[0] == namespace and type(a[1]) is int and a[1] in keys]
+    return sorted(found)
+
+
+def _compact_update(tracer, namespace, keys, dist, line, addresses):
+    """The update of a family the previous trace holds compact, over the same keys: kept
+    whole when its distribution is the same and nothing in it is constrained, else
+    re-scored with ONE vectorised ``dist.log_prob`` call; the new :class:`FamilyRecord`.
+    ``None`` (nothing done) unless that is exactly what ``choice`` would do element by
+    element: valid parameters, constrained values that are scalar float64 and have a
+    density that is not NaN, finite old log-densities where they are kept, no autograd
+    terms. Costs O(constrained elements) in Python and one tensor pass."""
+    old = tracer.prev._records.get(FamilySlot(namespace, keys))
+    if (old is None or tracer.grad_terms is not None or type(dist) is not type(old.dist)
+            or (tracer.constraints and any(len(a) > 1 and a[0] == namespace and (len(a) > 2 or type(a[1]) is not int)
+                                           for a in tracer.constraints))):
+        return None
+    same = dist is old.dist or dist.same_as(old.dist)
+    redo = _constrained_positions(tracer, namespace, keys)
+    if (redo or not same) and dist.check_params() is not None:
+        return None             # element by element: the errors (and -inf rules) of choice()
+    if same and not math.isfinite(old.logpdf):
+        return None
+    given = _given_values(tracer, dist, addresses, redo)
+    if given is None:
+        return None
+    if same and not redo:
+        family = old
+        new_logpdfs = None
+    else:
+        tensor = old.values.tensor
+        if redo:
+            tensor = tensor.clone()
+            tensor[redo] = torch.stack(given)
+        new_logpdfs = dist.log_prob(tensor) if not same else old.logpdfs.clone()
+        if new_logpdfs.shape != tensor.shape:
+            return None
+        if same:
+            new_logpdfs[redo] = float64_vector([dist.logpdf(v) for v in given])
+        if bool(torch.isnan(new_logpdfs).any()):
+            return None         # choice() names the first element whose density is NaN
+        values = old.values if not redo else FamilyValues(tensor, _kept_elements(old.values, redo, given))
+        family = FamilyRecord(namespace, keys, dist, values, new_logpdfs, float(new_logpdfs.sum()), line)
+    _commit(tracer, family, old, addresses, redo, new_logpdfs, same)
+    return family
+
+
+def _given_values(tracer, dist, addresses, redo):
+    """The constrained elements' values, coerced as ``choice`` coerces them; None if one
+    does not coerce or is not a scalar float64 (``choice`` handles those)."""
+    given = []
+    for i in redo:
+        try:
+            value = dist.coerce(tracer.constraints[addresses[i]])
+        except (ValueError, TypeError):
+            return None
+        if plain_float(value) is None:
+            return None
+        given.append(value)
+    return given
+
+
+def _kept_elements(values, redo, given):
+    """The handed-out elements of ``values`` that a new family keeps, and the given ones."""
+    elements = list(values.elements) if values.elements is not None else [None] * len(values.tensor)
+    for i, value in zip(redo, given):
+        elements[i] = value
+    return elements
+
+
+def _commit(tracer, family, old, addresses, redo, new_logpdfs, same):
+    """The bookkeeping of :func:`_compact_update`: claims, weight, discard, counters."""
+    tracer._claim(addresses[0], family.line, "random choice")      # claims the namespace
+    _hold(tracer, family)
+    tracer.n_kept += 1
+    tracer.n_used += len(redo)
+    if new_logpdfs is None:
+        return
+    evaluated = len(redo) if same else len(addresses)
+    counters.logpdf_evaluations += evaluated
+    if family.logpdf == _NEG_INF:
+        tracer.impossible = True
+    tracer.weight += float((new_logpdfs - old.logpdfs).sum())
+    discard = tracer.discard
+    for i in redo:
+        discard[addresses[i]] = old.values.element(i)
 
 
 def _store_family(tracer, namespace, line, keys, dist, recs, values, uniform, floats_from):

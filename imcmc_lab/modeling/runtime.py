@@ -47,7 +47,7 @@ def run_dynamic(gen_fn, request):
         tracer.check_handed()
     tracer.finish()
     score = sum(map(_LOGPDF, tracer.records.values()), 0.0)     # in order, as a loop would
-    trace = DynamicTrace(gen_fn, request.args, retval, score, tracer.records, tracer.families)
+    trace = DynamicTrace(gen_fn, request.args, retval, score, tracer.records, tracer.families, tracer.compact)
     return Result(trace, tracer.weight, tracer.discard, tracer.fresh, tracer.n_used)
 
 

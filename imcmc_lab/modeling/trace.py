@@ -22,6 +22,7 @@ from __future__ import annotations
 import operator
 import threading
 import weakref
+from collections.abc import Mapping
 
 import torch
 
@@ -29,7 +30,8 @@ from ..core.address import did_you_mean, format_address, normalize_address
 from ..core.choicemap import ChoiceMap, as_selection
 from ..errors import AddressError, TraceChangedError
 
-__all__ = ["ChoiceRecord", "CallRecord", "Trace", "DynamicTrace", "Loans"]
+__all__ = ["ChoiceRecord", "CallRecord", "Trace", "DynamicTrace", "Loans", "FamilyRecord", "FamilySlot",
+           "FamilyValues", "FlatRecords"]
 
 _VERSION = operator.attrgetter("_version")
 _LENDING = threading.Lock()
@@ -251,14 +253,7 @@ class Trace:
     def flat_records(self) -> dict:
         """Every random choice, by full address -> :class:`ChoiceRecord` (cached)."""
         if self._flat is None:
-            flat = {}
-            for address, record in self._record_items():
-                if type(record) is ChoiceRecord:
-                    flat[address] = record
-                else:
-                    for sub, rec in record.trace.flat_records().items():
-                        flat[address + sub] = rec
-            self._flat = flat
+            self._flat = flatten(self._record_items())
         return self._flat
 
     def _resolve(self, address):
@@ -392,22 +387,236 @@ _ONLY_CHOICES = frozenset([ChoiceRecord])
 class DynamicTrace(Trace):
     """Trace of a ``@gen`` function: records keyed by local address."""
 
-    __slots__ = ("_records", "_families")
+    __slots__ = ("_records", "_families", "_compact")
 
-    def __init__(self, gen_fn, args, retval, score, records, families=None):
+    def __init__(self, gen_fn, args, retval, score, records, families=None, compact=None):
         super().__init__(gen_fn, args, retval, score)
         self._records = records
-        # (namespace, line) -> family_update.Family: the run's indexed families, which the
-        # next update keeps in slices (the records above hold the same choices, one by one)
+        # (namespace, line) -> family_update.Family: the run's indexed families held one
+        # choice at a time, which the next update keeps in slices
         self._families = families
+        # (namespace,) -> [FamilyRecord]: the compact families, each held in ``records`` under
+        # its FamilySlot (in trace order); their elements are found here by address
+        self._compact = compact
 
     def _record_items(self):
         return self._records.items()
 
     def _record_get(self, address):
-        return self._records.get(address)
+        record = self._records.get(address)
+        if record is None and self._compact is not None:
+            return family_element(self._compact, address)
+        return record
 
     def flat_records(self) -> dict:
         if self._flat is None and set(map(type, self._records.values())) <= _ONLY_CHOICES:
             self._flat = dict(self._records)      # no sub-calls: a copy, without a Python loop
         return super().flat_records()
+
+
+# ---------------------------------------------------------------------------
+# compact indexed families (see family_update.py)
+# ---------------------------------------------------------------------------
+class FamilySlot:
+    """The key under which a trace's records hold a :class:`FamilyRecord`: its namespace
+    and keys (never equal to an address, so ``address in records`` is unaffected)."""
+
+    __slots__ = ("namespace", "keys")
+
+    def __init__(self, namespace, keys):
+        self.namespace, self.keys = namespace, keys
+
+    def __eq__(self, other):
+        return type(other) is FamilySlot and self.namespace == other.namespace and self.keys == other.keys
+
+    def __hash__(self):
+        return hash(("FamilySlot", self.namespace, self.keys))
+
+    def __reduce__(self):
+        return FamilySlot, (self.namespace, self.keys)
+
+    def __repr__(self):
+        return f"FamilySlot({self.namespace!r}, {self.keys!r})"
+
+
+class FamilyValues:
+    """The values of a compact family: one float64 tensor ``(n,)``, and the 0-d tensors
+    handed out per element (made on first use, each its own copy, so that changing one in
+    place changes neither the tensor scored nor its neighbours). Shared by the families
+    that keep these values, so a kept value is the same tensor in each of their traces."""
+
+    __slots__ = ("tensor", "elements", "_floats")
+
+    def __init__(self, tensor, elements=None, floats=None):
+        self.tensor, self.elements, self._floats = tensor, elements, floats
+
+    def __reduce__(self):           # a copy hands out fresh tensors
+        return FamilyValues, (self.tensor,)
+
+    def element(self, i):
+        elements = self.elements
+        if elements is None:
+            elements = self.elements = [None] * len(self.tensor)
+        value = elements[i]
+        if value is None:
+            value = elements[i] = self.tensor[i].clone()
+        return value
+
+    def all(self) -> list:
+        return [self.element(i) for i in range(len(self.tensor))]
+
+    def floats(self):
+        if self._floats is None:
+            self._floats = tuple(self.tensor.tolist())
+        return self._floats
+
+
+class FamilyRecord:
+    """A compact indexed family: the choices ``dist @ (namespace, key)`` for ``key`` in
+    ``keys`` (a range), all scalar continuous with one distribution, held as one values
+    tensor and one tensor of log-densities; ``logpdf`` is their sum. The trace answers for
+    each address ``(namespace, key)`` with a :class:`ChoiceRecord` made on first use, so
+    what a user sees (``trace[a]``, ``get_choices()``, ``flat_records()``) is the same
+    as for choices stored one by one."""
+
+    __slots__ = ("namespace", "keys", "dist", "values", "logpdfs", "logpdf", "line", "_records")
+
+    def __init__(self, namespace, keys, dist, values, logpdfs, logpdf, line):
+        self.namespace, self.keys, self.dist, self.values = namespace, keys, dist, values
+        self.logpdfs, self.logpdf, self.line = logpdfs, logpdf, line
+        self._records = None
+
+    def __reduce__(self):
+        return FamilyRecord, (self.namespace, self.keys, self.dist, self.values, self.logpdfs,
+                              self.logpdf, self.line)
+
+    def __len__(self):
+        return len(self.keys)
+
+    @property
+    def finite(self) -> bool:
+        return bool(torch.isfinite(self.logpdfs).all()) if self.logpdf != float("-inf") else False
+
+    def addresses(self):
+        namespace = self.namespace
+        return [(namespace, key) for key in self.keys]
+
+    def position(self, key):
+        """The index of ``key`` in the family, or None."""
+        try:
+            return self.keys.index(key) if key in self.keys else None
+        except (TypeError, ValueError):
+            return None
+
+    def record(self, i) -> ChoiceRecord:
+        records = self._records
+        if records is None:
+            records = self._records = {}
+        rec = records.get(i)
+        if rec is None:
+            rec = records[i] = ChoiceRecord(self.dist, self.values.element(i), self.logpdfs[i].item())
+        return rec
+
+    def items(self, prefix=()):
+        namespace, record = self.namespace, self.record
+        return [(prefix + (namespace, key), record(i)) for i, key in enumerate(self.keys)]
+
+
+def family_element(families, address):
+    """The :class:`ChoiceRecord` at ``address`` in ``families`` (``{namespace address:
+    [FamilyRecord]}``), or None."""
+    found = families.get(address[:-1]) if len(address) > 1 else None
+    if found:
+        for family in found:
+            i = family.position(address[-1])
+            if i is not None:
+                return family.record(i)
+    return None
+
+
+class FlatRecords(Mapping):
+    """``flat_records()`` of a trace holding compact families: every choice by full address,
+    in trace order, without making a record per family element until one is asked for.
+    ``parts`` is the trace order: dicts of records and ``(prefix, FamilyRecord)`` pairs."""
+
+    __slots__ = ("_plain", "_parts", "_families", "_n")
+
+    def __init__(self, parts):
+        self._parts, self._plain, self._families, self._n = parts, {}, {}, 0
+        for part in parts:
+            if type(part) is dict:
+                self._plain.update(part)
+            else:
+                prefix, family = part
+                self._families.setdefault(prefix + (family.namespace,), []).append(family)
+                self._n += len(family)
+        self._n += len(self._plain)
+
+    def __getitem__(self, address):
+        rec = self.get(address)
+        if rec is None:
+            raise KeyError(address)
+        return rec
+
+    def get(self, address, default=None):
+        rec = self._plain.get(address)
+        if rec is None:
+            rec = family_element(self._families, address)
+        return default if rec is None else rec
+
+    def __contains__(self, address):
+        return self.get(address) is not None
+
+    def __len__(self):
+        return self._n
+
+    def __iter__(self):
+        for address, _ in self.items():
+            yield address
+
+    def items(self):
+        out = []
+        for part in self._parts:
+            out += part.items() if type(part) is dict else part[1].items(part[0])
+        return out
+
+    def restricted(self, addresses) -> dict:
+        """The records at ``addresses`` (a set), in trace order, visiting only those."""
+        out = {}
+        for part in self._parts:
+            if type(part) is dict:
+                out.update((a, part[a]) for a in filter(addresses.__contains__, part))
+                continue
+            prefix, family = part
+            head = prefix + (family.namespace,)
+            mine = [(i, a) for a in addresses if a[:-1] == head
+                    for i in [family.position(a[-1])] if i is not None]
+            out.update((a, family.record(i)) for i, a in sorted(mine))
+        return out
+
+
+def flatten(items):
+    """The flat records of a trace's ``(address, record)`` items: a dict, or a
+    :class:`FlatRecords` when a compact family is among them (or in a sub-trace)."""
+    parts, chunk = [], {}
+    for address, record in items:
+        kind = type(record)
+        if kind is ChoiceRecord:
+            chunk[address] = record
+        elif kind is FamilyRecord:
+            parts += [chunk, ((), record)]
+            chunk = {}
+        else:
+            sub = record.trace.flat_records()
+            if type(sub) is not FlatRecords:
+                chunk.update((address + a, r) for a, r in sub.items())
+                continue
+            for part in sub._parts:
+                if type(part) is dict:
+                    chunk.update((address + a, r) for a, r in part.items())
+                else:
+                    parts += [chunk, (address + part[0], part[1])]
+                    chunk = {}
+    if not parts:
+        return chunk
+    return FlatRecords([p for p in parts + [chunk] if type(p) is not dict or p])

@@ -30,7 +30,7 @@ from ..core.values import format_value, values_equal
 from ..errors import AddressError, DistributionError, DuplicateAddressError, TraceChangedError
 from .execution import Execution, Result, counters
 from .family_update import BULK_FAMILY, family_addresses, remember_family, update_family
-from .trace import CallRecord, ChoiceRecord
+from .trace import CallRecord, ChoiceRecord, FamilyRecord, family_element
 
 __all__ = ["Tracer", "Simulate", "Generate", "Assess", "Update", "Regenerate", "AssessFailure"]
 
@@ -57,12 +57,23 @@ def _group_by_prefix(flat: dict) -> dict:
     return groups
 
 
+def compact_line(compact, address):
+    """The line of the compact family (of ``compact``, ``{(namespace,): [FamilyRecord]}``)
+    holding ``address``, or None."""
+    found = compact.get(address[:-1]) if len(address) == 2 else None
+    if found:
+        for family in found:
+            if family.position(address[-1]) is not None:
+                return family.line
+    return None
+
+
 class Tracer:
     """What every mode shares: address bookkeeping, scoring, sub-calls."""
 
     __slots__ = ("gen_fn", "request", "prev", "constraints", "selection", "records", "lines",
                  "family_lines", "namespaces", "weight", "discard", "fresh", "n_used", "_groups",
-                 "impossible", "grad_terms", "n_kept", "families", "handed")
+                 "impossible", "grad_terms", "n_kept", "families", "handed", "compact", "expanded")
 
     #: whether the mode starts from a previous trace (update, regenerate)
     incremental = False
@@ -95,6 +106,12 @@ class Tracer:
         self.families = None
         # (tensor, its version) for each tensor value the body received (core.effects.visit_choice)
         self.handed = []
+        # (namespace,) -> [trace.FamilyRecord]: this run's compact families (their elements
+        # are not in ``records``, which holds each family under its FamilySlot)
+        self.compact = None
+        # set when an element of a compact family of ``prev`` was looked up on its own (so
+        # ``n_kept`` does not count prev's records one for one; ``finish`` checks them all)
+        self.expanded = False
 
     # -- the mode's rules for a child (sub-call or combinator element) ----------
     @classmethod
@@ -126,7 +143,8 @@ class Tracer:
     # -- address bookkeeping ---------------------------------------------
     def _claim(self, address, line, what):
         records = self.records
-        if address in records or address in self.namespaces or not address:
+        if address in records or address in self.namespaces or not address or (
+                self.compact is not None and compact_line(self.compact, address) is not None):
             self._claim_error(address, line, what)      # raises (kept out of the hot path)
         if len(address) > 1:
             namespaces = self.namespaces
@@ -146,8 +164,9 @@ class Tracer:
     def _claim_error(self, address, line, what):
         if not address:
             raise AddressError(f"the empty address () cannot hold a {what}; give it a name")
-        if address in self.records:
-            first = self.lines.get(address) or next(
+        in_family = self.compact is not None and compact_line(self.compact, address)
+        if address in self.records or in_family:
+            first = self.lines.get(address) or in_family or next(
                 line for addresses, line in self.family_lines if address in addresses)
             raise DuplicateAddressError(
                 f"address {format_address(address)} is sampled twice in one execution of "
@@ -256,10 +275,12 @@ class Tracer:
         return result.trace.retval
 
     # -- [dist @ (namespace, key) for key in keys] (see families.py) --------
-    def choice_family(self, namespace, keys, dist, line):
-        """The choices ``dist @ (namespace, key)``, one per key, in order; their values.
-        Each element means exactly what :meth:`choice` makes of it; a long family is
-        remembered in the trace, so that the next update can keep it in slices."""
+    def choice_family(self, namespace, keys, dist, line, values=True):
+        """The choices ``dist @ (namespace, key)``, one per key, in order; their values
+        (with ``values=False``, None may be returned: a loop does not use them). Each
+        element means exactly what :meth:`choice` makes of it; a long family is remembered
+        in the trace (compact where it can be), so that the next update can keep or
+        re-score it whole."""
         choice = self.choice
         addresses, _ = family_addresses(namespace, keys)
         values = [choice(address, dist, line) for address in addresses]
@@ -301,7 +322,7 @@ class Assess(Generate):
     def _unconstrained(self, dist, address, line):
         raise AssessFailure(address)
 
-    def choice_family(self, namespace, keys, dist, line):
+    def choice_family(self, namespace, keys, dist, line, values=True):
         choice = self.choice
         return [choice(address, dist, line) for address in family_addresses(namespace, keys)[0]]
 
@@ -330,7 +351,17 @@ class Incremental(Tracer):
         if type(prev_rec) is ChoiceRecord:
             self.n_kept += 1
             return prev_rec
-        return None
+        return self._previous_element(address) if prev_rec is None else None
+
+    def _previous_element(self, address):
+        """The :class:`ChoiceRecord` at ``address`` in a compact family of the previous trace, or None."""
+        compact = self.prev._compact
+        if compact is None:
+            return None
+        prev_rec = family_element(compact, address)
+        if prev_rec is not None:
+            self.expanded = True
+        return prev_rec
 
     def _kept(self, prev_rec, dist, address, line):
         """A choice that keeps its value; the value."""
@@ -354,28 +385,41 @@ class Incremental(Tracer):
 
     def finish(self):
         prev_records = self.prev._records
-        if self.n_kept == len(prev_records):     # every old address is still there
+        expanded = self.expanded
+        if self.n_kept == len(prev_records) and not expanded:     # every old address is still there
             return
         records = self.records
         removed = prev_records.keys() - records.keys()
-        if self.n_kept + len(removed) == len(prev_records):
+        if self.n_kept + len(removed) == len(prev_records) and not expanded:
             # nothing changed kind: only the removed addresses (in their old order) remain
             candidates = list(filter(removed.__contains__, prev_records)) if len(removed) > 1 else removed
         else:
             candidates = prev_records
         for address in candidates:
             old = prev_records[address]
-            new = records.get(address)
-            if new is not None and type(new) is type(old) and (
-                    type(old) is ChoiceRecord or new.trace.gen_fn == old.trace.gen_fn):
+            if type(old) is FamilyRecord:       # a compact family not kept whole: its elements one by one
+                if type(records.get(address)) is not FamilyRecord:
+                    for element, rec in old.items():
+                        self._remove(element, rec)
                 continue
-            if self.weighs_removed:
-                self.weight -= old.logpdf
-            if type(old) is ChoiceRecord:
-                self.discard[address] = old.value
-            else:
-                for sub, value in old.trace.get_choices().items():
-                    self.discard[address + sub] = value
+            self._remove(address, old)
+
+    def _remove(self, address, old):
+        """Remove ``old`` (the previous trace's record at ``address``) unless the new run
+        has a record of the same kind there."""
+        new = self.records.get(address)
+        if new is None and self.compact is not None and compact_line(self.compact, address) is not None:
+            new = old if type(old) is ChoiceRecord else None        # an element of a compact family
+        if new is not None and type(new) is type(old) and (
+                type(old) is ChoiceRecord or new.trace.gen_fn == old.trace.gen_fn):
+            return
+        if self.weighs_removed:
+            self.weight -= old.logpdf
+        if type(old) is ChoiceRecord:
+            self.discard[address] = old.value
+        else:
+            for sub, value in old.trace.get_choices().items():
+                self.discard[address + sub] = value
 
 
 class Update(Incremental):
@@ -393,7 +437,7 @@ class Update(Incremental):
         if type(prev_rec) is ChoiceRecord:
             self.n_kept += 1
         else:
-            prev_rec = None
+            prev_rec = self._previous_element(address) if prev_rec is None else None
         constraints = self.constraints
         if constraints is not None and address in constraints:
             value, logpdf = self._constrained(dist, address, line)
@@ -413,8 +457,8 @@ class Update(Incremental):
         self.records[address] = ChoiceRecord(dist, value, logpdf)
         return value
 
-    def choice_family(self, namespace, keys, dist, line):
-        return update_family(self, namespace, keys, dist, line)
+    def choice_family(self, namespace, keys, dist, line, values=True):
+        return update_family(self, namespace, keys, dist, line, values)
 
 
 class Regenerate(Incremental):

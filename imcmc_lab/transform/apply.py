@@ -283,16 +283,25 @@ def _touched_model_addresses(run, x_flat, xn_flat):
     # Every address the new trace adds was written or copied (_model_update raises
     # otherwise), so the sizes say how many old addresses are gone; usually the
     # transform used them all. (set.difference with a dict hashes no address.)
-    added = [a for a in touched.difference(x_flat) if a in xn_flat]
-    removed = [a for a in touched.difference(xn_flat) if a in x_flat]
+    added = [a for a in _missing(touched, x_flat) if a in xn_flat]
+    removed = [a for a in _missing(touched, xn_flat) if a in x_flat]
     if len(removed) != len(x_flat) - len(xn_flat) + len(added):
         removed = set(x_flat).difference(xn_flat)       # some were not touched: find them all
     touched.update(removed)
     return touched
 
 
+def _missing(addresses, flat):
+    """The addresses (a set) that ``flat`` lacks, visiting only those addresses."""
+    if type(flat) is dict:
+        return addresses.difference(flat)
+    return [a for a in addresses if a not in flat]      # a trace's FlatRecords (compact families)
+
+
 def _restricted(flat, addresses):
     """The records of ``flat`` at ``addresses``, in trace order."""
+    if type(flat) is not dict:
+        return flat.restricted(addresses)       # a trace's FlatRecords: visits only those
     return {a: flat[a] for a in filter(addresses.__contains__, flat)}     # the scan in C
 
 
