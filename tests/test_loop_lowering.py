@@ -11,6 +11,7 @@ tests compare values and accept decisions exactly and scores to 1e-9.
 from __future__ import annotations
 
 import math
+import pickle
 import random
 
 import pytest
@@ -184,3 +185,64 @@ def test_random_loop_shapes_are_identical_lowered_and_as_written(tmp_path):
                 ub, wb, _ = b.update({"mu": 0.25}, args=args)
                 assert _values(ua) == _values(ub) and ua.retval == ub.retval, source
                 assert wa == wb or math.isclose(wa, wb, rel_tol=1e-12), source
+
+
+def _error(call):
+    try:
+        call()
+    except Exception as exc:        # noqa: BLE001 -- the test compares what each spelling raises
+        return type(exc).__name__, str(exc)
+    return None
+
+
+def _per_point_pair(n=30):
+    model = per_point.two_clusters_per_point
+    plain = il.gen(model.__wrapped__, lower=False)
+    given = {**per_point.observations(mixture.synthetic_data(n, seed=1)), "k": 1, ("mu", 1): 0.3}
+    return model.generate((n,), given)[0], plain.generate((n,), given)[0]
+
+
+def test_a_compact_family_answers_every_address_as_the_choices_one_by_one():
+    a, b = _per_point_pair()
+    assert [type(r).__name__ for r in a._records.values()] == ["ChoiceRecord", "ChoiceRecord", "FamilyRecord"]
+    assert a.get_choices() == b.get_choices() and list(a.get_choices()) == list(b.get_choices())
+    assert a["x"] == b["x"] and ("x", 5) in a and ("x",) in a and ("x", 31) not in a
+    assert torch.equal(a["x", 5], b["x", 5]) and a["x", 5] is a.get_choices()["x", 5]
+    assert _error(lambda: a["x", 31]) == _error(lambda: b["x", 31]) is not None
+    for constraints, args in (({("x", 4): 0.3, ("mu", 1): 0.2}, None), ({}, (26,)), ({"k": 2, ("mu", 2): 1.0}, None)):
+        (ta, wa, da), (tb, wb, db) = a.update(constraints, args=args), b.update(constraints, args=args)
+        _same(ta, tb)
+        assert math.isclose(wa, wb, rel_tol=1e-12) and da == db
+    assert _error(lambda: a.update({("x", 4): "a"})) == _error(lambda: b.update({("x", 4): "a"})) is not None
+    restored = pickle.loads(pickle.dumps(a.update({("x", 4): 0.3})[0]))
+    _same(restored, b.update({("x", 4): 0.3})[0])
+    assert math.isclose(restored.update({("mu", 1): 1.0})[1], b.update({("x", 4): 0.3})[0].update({("mu", 1): 1.0})[1],
+                        rel_tol=1e-12)
+
+
+def test_values_of_a_compact_family_changed_in_place_are_refused_as_before():
+    """Issue 16's rule holds for family elements: a value handed out (trace[a], get_choices())
+    and changed in place makes the traces holding it refuse to be used, naming the address."""
+    errors = []
+    for side in (0, 1):         # lowered (compact), then as written
+        trace = _per_point_pair()[side]
+        rescored = trace.update({("mu", 1): 0.5})[0]        # holds the same data tensors
+        value = trace["x", 3]
+        value.add_(1.0)
+        errors += [_error(lambda t=t: t.update({("mu", 1): 0.1})) for t in (trace, rescored)]
+        other = _per_point_pair()[side]
+        other.get_choices()["x", 7].mul_(2.0)
+        errors.append(_error(lambda: other.update({("mu", 1): 0.1})))
+    assert errors[:3] == errors[3:]
+    assert [e[0] for e in errors[:3]] == ["TraceChangedError"] * 3
+    assert "('x', 3)" in errors[0][1] and "('x', 3)" in errors[1][1] and "('x', 7)" in errors[2][1]
+
+
+def test_observations_are_copied_at_entry_into_a_compact_family():
+    data = mixture.synthetic_data(20, seed=2)
+    given = {**per_point.observations(data), "k": 1}
+    trace = per_point.two_clusters_per_point.generate((20,), given)[0]
+    given[("x", 2)].add_(5.0)
+    data.add_(5.0)
+    assert trace["x", 2].item() == mixture.synthetic_data(20, seed=2)[1].item()
+    assert trace.update({("mu", 1): 0.0})[0]["x", 2].item() == trace["x", 2].item()
