@@ -14,7 +14,7 @@ script runs ``PATH``'s 1-vs-2-cluster example through ``--authors-command`` (a s
 command run in ``PATH`` that prints one line ``steps_per_second N`` for the data size
 in ``$N``), so the comparison is in one run.
 
-Run: ``python benchmarks/peers.py [--quick] [--authors PATH]``; results in benchmarks/README.md.
+Run: ``python benchmarks/peers.py [--quick] [--cpu] [--authors PATH]``; results in benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -58,18 +58,18 @@ def fig1_traces(n, seed, k=8):
     return kernel, iid, loop
 
 
-def interleaved(kernel, traces, moves, reps):
+def interleaved(kernel, traces, moves, reps, clock=time.perf_counter):
     """Seconds per move of each trace's chain (the state evolves), median over ``reps``
-    rounds; within a round the spellings alternate."""
+    rounds; within a round the spellings alternate, in turn first (A B, B A, ...)."""
     times = [[] for _ in traces]
     states = list(traces)
-    for _ in range(reps):
-        for i in range(len(states)):
+    for r in range(reps):
+        for i in (range(len(states)) if r % 2 == 0 else reversed(range(len(states)))):
             torch.manual_seed(len(times[i]))
-            start = time.perf_counter()
+            start = clock()
             for _ in range(moves):
                 states[i], _ = kernel(states[i])
-            times[i].append((time.perf_counter() - start) / moves)
+            times[i].append((clock() - start) / moves)
     return [statistics.median(t) for t in times]
 
 
@@ -88,6 +88,8 @@ def authors_rate(path, command, n):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--cpu", action="store_true",
+                        help="time with time.process_time (a loaded machine), 9 rounds")
     parser.add_argument("--authors", type=pathlib.Path, default=None,
                         help="a checkout of the paper authors' PyTorch code (not vendored)")
     parser.add_argument("--authors-command", default=None,
@@ -96,7 +98,8 @@ def main(argv=None):
     if args.authors is not None and (not args.authors.is_dir() or not args.authors_command):
         print(f"{args.authors} is not a directory or no --authors-command: the authors' column is skipped")
         args.authors = None
-    reps = 3 if args.quick else 7
+    reps = 3 if args.quick else 9 if args.cpu else 7
+    clock = time.process_time if args.cpu else time.perf_counter
     print(f"imcmc-lab per-point vs iid -- {platform.machine()}, Python {platform.python_version()}, "
           f"torch {torch.__version__} (1 thread), {time.strftime('%Y-%m-%d')}")
     for title, make in (("1-vs-2 clusters, split/merge", two_cluster_traces),
@@ -106,7 +109,7 @@ def main(argv=None):
         for n in NS:
             kernel, iid, loop = make(n, seed=n)
             moves = {100: 100, 1000: 60, 10000: 10}[n] // (2 if args.quick else 1)
-            t_iid, t_loop = interleaved(kernel, [iid, loop], moves, reps)
+            t_iid, t_loop = interleaved(kernel, [iid, loop], moves, reps, clock)
             theirs = authors_rate(args.authors, args.authors_command, n) if make is two_cluster_traces else None
             shown = f"{theirs:>9.1f}" if theirs is not None else f"{'-':>9}"
             print(f"   {n:>6} {shown} {1 / t_loop:>10.0f} {1 / t_iid:>8.0f} {t_loop / t_iid:>22.2f}x")
