@@ -246,3 +246,29 @@ def test_observations_are_copied_at_entry_into_a_compact_family():
     data.add_(5.0)
     assert trace["x", 2].item() == mixture.synthetic_data(20, seed=2)[1].item()
     assert trace.update({("mu", 1): 0.0})[0]["x", 2].item() == trace["x", 2].item()
+
+
+def test_regenerate_keeps_or_rescores_a_compact_family_the_selection_does_not_reach():
+    a, b = _per_point_pair()
+    for selection in (il.select(("mu", 1)), il.select(("x", 4), "k"), il.select("x"), il.select_all()):
+        torch.manual_seed(5)
+        ta, wa = a.regenerate(selection)
+        torch.manual_seed(5)
+        tb, wb = b.regenerate(selection)
+        _same(ta, tb)
+        assert math.isclose(wa, wb, rel_tol=1e-12, abs_tol=1e-12), selection
+    calls = []
+    original = MixtureOfNormals.log_prob
+
+    def counting(self, x):
+        calls.append(tuple(x.shape))
+        return original(self, x)
+
+    MixtureOfNormals.log_prob = counting
+    try:
+        with count_work() as work:
+            new, _ = a.regenerate(il.select(("mu", 1)))
+    finally:
+        MixtureOfNormals.log_prob = original
+    assert calls == [(30,)] and work.logpdf_evaluations == 31      # the data in one call, and mu
+    assert [type(r).__name__ for r in new._records.values()][-1] == "FamilyRecord"

@@ -477,3 +477,11 @@ class Regenerate(Incremental):
         value, logpdf = self._fresh(dist, address, line)
         self.records[address] = ChoiceRecord(dist, value, logpdf)
         return value
+
+    def choice_family(self, namespace, keys, dist, line, values=True):
+        """A family the selection does not reach keeps or re-scores its values exactly as in
+        an update with no constraints (kept whole, or one ``log_prob`` call if compact)."""
+        selection, head = self.selection, (namespace,)
+        if head in selection or any(a[:1] == head for a in selection.addresses()):
+            return Tracer.choice_family(self, namespace, keys, dist, line, values)
+        return update_family(self, namespace, keys, dist, line, values)
