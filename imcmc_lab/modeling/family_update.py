@@ -1,10 +1,21 @@
 """The indexed-family fast path of ``update``: a lowered ``[dist @ (ns, j) for j in keys]``.
 
-In ``update`` an element that is unconstrained, kept, and has the same distribution as
-before reuses its record without a Python-level step of its own: the previous trace
-remembers each family (:class:`Family`), so the kept elements are the slices between
-the few that the tracer's ``choice`` must handle (constrained, new, changed or
-erroneous elements). Every element means exactly what ``choice`` makes of it.
+A family of at least :data:`BULK_FAMILY` scalar continuous choices over a ``range``,
+one distribution and finite log-densities, is held *compact* in the trace
+(:class:`~.trace.FamilyRecord`: values and log-densities as two tensors). ``update``
+keeps it whole when its distribution is unchanged and nothing in it is constrained,
+else re-scores it with ONE vectorised ``log_prob`` call, visiting only the constrained
+elements in Python (:func:`_compact_update`); so a move that changes the weights of
+``for i in ...: mixture_of_normals(weights, ...) @ ("x", i)`` costs one tensor pass,
+not n records.
+
+Other families are remembered as :class:`Family`: an element that is unconstrained,
+kept, and has the same distribution as before reuses its record without a Python-level
+step of its own, the kept elements being the slices between the few that the tracer's
+``choice`` must handle. Anything the fast paths cannot do exactly as ``choice`` would
+(a constrained value that is not a scalar float, a NaN density, changed keys, invalid
+parameters) runs element by element. Every element means exactly what ``choice``
+makes of it.
 
 The functions take the running tracer (:mod:`.tracer`) as their first argument.
 """
