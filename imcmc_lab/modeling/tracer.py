@@ -106,12 +106,8 @@ class Tracer:
         self.families = None
         # (tensor, its version) for each tensor value the body received (core.effects.visit_choice)
         self.handed = []
-        # (namespace,) -> [trace.FamilyRecord]: this run's compact families (their elements
-        # are not in ``records``, which holds each family under its FamilySlot)
-        self.compact = None
-        # set when an element of a compact family of ``prev`` was looked up on its own (so
-        # ``n_kept`` does not count prev's records one for one; ``finish`` checks them all)
-        self.expanded = False
+        self.compact = None     # (namespace,) -> [FamilyRecord]: compact families (records hold their slots)
+        self.expanded = False   # an element of prev's compact family was taken alone: finish checks all
 
     # -- the mode's rules for a child (sub-call or combinator element) ----------
     @classmethod
@@ -276,11 +272,9 @@ class Tracer:
 
     # -- [dist @ (namespace, key) for key in keys] (see families.py) --------
     def choice_family(self, namespace, keys, dist, line, values=True):
-        """The choices ``dist @ (namespace, key)``, one per key, in order; their values
-        (with ``values=False``, None may be returned: a loop does not use them). Each
-        element means exactly what :meth:`choice` makes of it; a long family is remembered
-        in the trace (compact where it can be), so that the next update can keep or
-        re-score it whole."""
+        """The choices ``dist @ (namespace, key)``, one per key, in order; their values (None
+        may be returned with ``values=False``). Each element means exactly what :meth:`choice`
+        makes of it; a long family is remembered in the trace (compact where it can be)."""
         choice = self.choice
         addresses, _ = family_addresses(namespace, keys)
         values = [choice(address, dist, line) for address in addresses]
