@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import pickle
 import random
+import re
 
 import pytest
 import torch
@@ -272,3 +273,125 @@ def test_regenerate_keeps_or_rescores_a_compact_family_the_selection_does_not_re
         MixtureOfNormals.log_prob = original
     assert calls == [(30,)] and work.logpdf_evaluations == 31      # the data in one call, and mu
     assert [type(r).__name__ for r in new._records.values()][-1] == "FamilyRecord"
+
+
+# -- Map over data with a single-choice kernel (issue 22) ------------------------------
+@il.gen
+def _point(mu, s):
+    return il.normal(mu * 2.0 - 1.0, s) @ "y"
+
+
+@il.gen
+def _point_run(mu, s):          # the same kernel in two statements: run element by element
+    y = il.normal(mu * 2.0 - 1.0, s) @ "y"
+    return y
+
+
+@il.gen
+def _positive(rate, unused):
+    return il.gamma(2.0, rate) @ "y"
+
+
+@il.gen
+def _positive_run(rate, unused):
+    y = il.gamma(2.0, rate) @ "y"
+    return y
+
+
+def _map_model(kernel):
+    @il.gen
+    def model(n):
+        mu = il.normal(0.0, 10.0) @ "mu"
+        s = il.gamma(2.0, 1.0) @ "s"
+        half = n // 2       # the first half's arguments follow mu and s, the second's are fixed
+        mus = torch.cat([mu.expand(half), torch.full((n - half,), 0.5, dtype=torch.float64)])
+        return il.Map(kernel)(mus, torch.cat([s.expand(half), torch.ones(n - half, dtype=torch.float64)])) @ "data"
+    return model
+
+
+def _strip_lines(text):
+    return re.sub(r"\(line \d+: [^)]*\)", "(line)", text)
+
+
+def _elements(trace):
+    return trace._records[("data",)].trace.subtraces
+
+
+_MOVES = [{"mu": 0.25}, {"s": 2.5, "mu": 0.5}, {"mu": 1.0, ("data", 3, "y"): 0.9}, {"s": 1.5}]
+
+
+@pytest.mark.parametrize("kernels, bad", [((_point, _point_run), {"s": -1.0}),
+                                          ((_positive, _positive_run), {"mu": -0.5})])
+def test_map_of_a_single_choice_kernel_scores_its_changed_elements_together(kernels, bad):
+    """The same traces, weights, discards and errors as the kernel run element by element;
+    the changed elements' kept values are re-scored in one ``log_prob`` call."""
+    fast, slow = (_map_model(k) for k in kernels)
+    ys = torch.rand(40, generator=torch.Generator().manual_seed(3), dtype=torch.float64) + 0.5
+    given = {**{("data", i, "y"): ys[i] for i in range(40)}, "mu": 0.75, "s": 1.5}
+    a, b = fast.generate((40,), given)[0], slow.generate((40,), given)[0]
+    _same(a, b)
+    kind = type(a.choice_record(("data", 0, "y")).dist)
+    calls, original = [], kind.log_prob
+
+    def counting(self, x):
+        calls.append(tuple(x.shape))
+        return original(self, x)
+
+    for constraints in _MOVES:
+        kind.log_prob = counting
+        try:
+            ta, wa, da = a.update(constraints)
+        finally:
+            kind.log_prob = original
+        tb, wb, db = b.update(constraints)
+        _same(ta, tb)
+        assert math.isclose(wa, wb, rel_tol=1e-12, abs_tol=1e-12) and da == db
+        assert all(len(x.args) == len(y.args) and all(map(torch.equal, x.args, y.args))
+                   for x, y in zip(_elements(ta), _elements(tb)))
+        changed = 19 if ("data", 3, "y") in constraints else 20     # the half that follows mu and s
+        rescored = "mu" in constraints or kernels[0] is _point          # _positive ignores s
+        assert [c for c in calls if c] == ([(changed,)] if rescored else []), constraints   # (): "s" itself
+        calls.clear()
+        a, b = ta, tb
+    errors = [_error(lambda t=t: t.update(bad)) for t in (a, b)]
+    assert errors[0][0] == errors[1][0] == "DistributionError"
+    assert _strip_lines(errors[0][1]) == _strip_lines(errors[1][1])
+
+
+class _Box:
+    scale = 2.0
+
+
+def _attribute(mu):
+    return il.normal(mu, _Box.scale) @ "y"
+
+
+def _called(mu):
+    return il.normal(abs(mu), 1.0) @ "y"
+
+
+def _default(mu, s=1.0):
+    return il.normal(mu, s) @ "y"
+
+
+def _nested_address(mu):
+    return il.normal(mu, 1.0) @ ("y", 1)
+
+
+def _global_arithmetic(mu):
+    return il.normal(mu + _Box.scale, 1.0) @ "y"
+
+
+def test_only_provably_single_choice_kernels_are_scored_together():
+    from imcmc_lab.modeling.families import single_choice_kernel
+
+    make, address = single_choice_kernel(_point.fn)
+    assert address == ("y",) and make(torch.tensor(1.0), 0.5)[1][0].item() == 1.0
+    assert single_choice_kernel(_positive.fn) is not None
+    scale = 2.0
+
+    def closure(mu):
+        return il.normal(mu, scale) @ "y"
+
+    for fn in (_point_run.fn, _attribute, _called, _default, _nested_address, _global_arithmetic, closure):
+        assert single_choice_kernel(fn) is None, fn.__name__

@@ -4,17 +4,26 @@ Both mount element ``i`` of their trace at the integer address ``i``, so inside
 a model ``Map(point)(xs) @ "data"`` puts the choices of element 3 under
 ``("data", 3, ...)``. Their ``update`` re-runs only the elements whose inputs or
 constraints changed, which is what makes a local change to a large model cost
-O(1) log-density evaluations.
+O(1) log-density evaluations. A ``Map`` whose kernel is one choice (``return
+normal(mu, s) @ "y"``) does not run the kernel for the changed elements of an update:
+it builds each element's distribution as the body does and re-scores the kept values
+with one ``log_prob`` call (:func:`_scored_together`); the traces are the same.
 """
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
-from ..core.values import values_equal
-from .gen import GenerativeFunction
-from .execution import Result
-from .trace import CallRecord, Trace
+from ..core.distributions import Distribution
+from ..core.values import DTYPE, plain_float, values_equal
+from .execution import Result, counters
+from .families import pure_call, single_choice_kernel
+from .family_update import BULK_FAMILY
+from .gen import DynamicGenFunction, GenerativeFunction
+from .trace import CallRecord, ChoiceRecord, DynamicTrace, Trace
+from .tracer import Update
 
 __all__ = ["Map", "Unfold", "MapTrace", "UnfoldTrace", "last_unfold", "restep"]
 
@@ -114,6 +123,13 @@ class _ElementRun:
         self.subtraces.append(result.trace)
         return result.trace
 
+    def adopt(self, trace, prev_sub, weight):
+        """An element trace made without running the kernel (:func:`_scored_together`)."""
+        self.weight += weight
+        if trace is not prev_sub:
+            self.delta_score += trace.score - prev_sub.score
+        self.subtraces.append(trace)
+
     def reusable(self, i, selection_empty):
         return i not in self.groups and selection_empty
 
@@ -178,9 +194,13 @@ class Map(GenerativeFunction):
                 changed |= _changed_indices(old_seq, new_seq, n)
         sel_empty = selection is None or selection.is_empty()
         old = prev.subtraces if prev is not None else ()
+        together = _scored_together(self.kernel, request, args, old, changed, run) if changed and sel_empty else None
         for i in range(n):
             if incremental and i < len(old) and i not in changed and run.reusable(i, sel_empty):
                 run.subtraces.append(old[i])
+                continue
+            if together is not None and i in together:
+                run.adopt(*together[i])
                 continue
             element_args = tuple(a[i] for a in args)
             run.element(i, self.kernel, element_args, old[i] if i < len(old) else None)
@@ -188,6 +208,101 @@ class Map(GenerativeFunction):
 
     def __repr__(self):
         return f"<generative function {self.name}>"
+
+
+#: kernel function -> (make, address) of families.single_choice_kernel, or False
+_SINGLE_CHOICE = weakref.WeakKeyDictionary()
+#: distributions whose log-density is elementwise in vector parameters of scalar values
+_BATCHED = ("normal", "gamma", "inv_gamma", "lognormal", "exponential")
+_NEG_INF = float("-inf")
+
+
+def _single_choice(kernel):
+    fn = kernel.fn if type(kernel) is DynamicGenFunction else None
+    if fn is None or not hasattr(fn, "__code__"):
+        return None
+    spec = _SINGLE_CHOICE.get(fn)
+    if spec is None:
+        spec = _SINGLE_CHOICE[fn] = single_choice_kernel(fn) or False
+    return spec or None
+
+
+def _scored_together(kernel, request, args, old, changed, run):
+    """``{i: (new element trace, previous one, weight)}`` for the changed elements of an
+    update of a ``Map`` whose kernel is one choice (``return dist(args) @ "y"``, see
+    :func:`~.families.single_choice_kernel`): each element's distribution is built as its
+    body builds it, and the kept values whose distribution changed are re-scored with ONE
+    ``log_prob`` call. None (the elements run one by one) unless that is exactly what running
+    the kernel would do: nothing constrained or selected, plain number or tensor arguments,
+    one of the engine's distributions, valid parameters, no NaN density."""
+    spec = _single_choice(kernel)
+    if spec is None or request.mode is not Update or request.grad_terms is not None:
+        return None
+    make, address = spec
+    idx = sorted(i for i in changed if i < len(old) and i not in run.groups)
+    if len(idx) < BULK_FAMILY:
+        return None
+    elements = []
+    for i in idx:
+        prev_sub, element_args = old[i], tuple(a[i] for a in args)
+        rec = prev_sub._records.get(address) if type(prev_sub) is DynamicTrace else None
+        if (type(rec) is not ChoiceRecord or len(prev_sub._records) != 1 or prev_sub.gen_fn != kernel
+                or prev_sub.retval is not rec.value or rec.logpdf == _NEG_INF):
+            return None
+        dist = pure_call(*make(*element_args)) if _plain(element_args) else None
+        if not isinstance(dist, Distribution) or type(dist).__matmul__ is not Distribution.__matmul__:
+            return None
+        elements.append((i, element_args, rec, dist, prev_sub))
+    return _elements_scored(kernel, address, elements)
+
+
+def _plain(values) -> bool:
+    return all(type(v) in (int, float, bool) or type(v) is torch.Tensor for v in values)
+
+
+def _elements_scored(kernel, address, elements):
+    """The element traces of :func:`_scored_together`, or None."""
+    rescore = [e for e in elements if not e[3].same_as(e[2].dist)]
+    logpdfs = _rescored([e[3] for e in rescore], [e[2].value for e in rescore])
+    if logpdfs is None or any(lp != lp for lp in logpdfs):
+        return None         # the kernel, run, names the invalid parameters or the NaN density
+    new = dict(zip((e[0] for e in rescore), logpdfs))
+    counters.executions += len(elements)
+    counters.logpdf_evaluations += len(rescore)
+    out = {}
+    for i, element_args, rec, dist, prev_sub in elements:
+        lp = new.get(i)
+        kept = rec if lp is None else ChoiceRecord(dist, rec.value, lp)
+        trace = DynamicTrace(kernel, element_args, rec.value, 0.0 + kept.logpdf, {address: kept})
+        out[i] = (trace, prev_sub, 0.0 if lp is None else lp - rec.logpdf)
+    return out
+
+
+def _rescored(dists, values):
+    """The log-densities of ``values`` under ``dists``: one ``log_prob`` call when the
+    distributions batch (:func:`_batched`), else one ``logpdf`` each; None if some
+    parameters are invalid (each checked as a scalar distribution checks them)."""
+    if not dists or any(d.check_params() is not None for d in dists):
+        return None if dists else []
+    batched = _batched(dists, values)
+    if batched is not None:
+        logpdfs = batched.log_prob(torch.stack(values))
+        if logpdfs.shape == (len(values),):
+            return logpdfs.tolist()
+    return [d.logpdf(v) for d, v in zip(dists, values)]
+
+
+def _batched(dists, values):
+    """One distribution with vector parameters standing for ``dists`` (all of one kind in
+    :data:`_BATCHED`, whose densities are elementwise, with scalar parameters checked
+    valid) at scalar float64 ``values``, for ``log_prob`` only; else None."""
+    kind = type(dists[0])
+    if (dists[0].name not in _BATCHED or not all(type(d) is kind for d in dists)
+            or not all(plain_float(v) is not None for v in values)):
+        return None
+    columns = [torch.stack([torch.as_tensor(r, dtype=DTYPE) for r in column])
+               for column in zip(*(d.raw_args for d in dists))]
+    return kind(*columns) if all(c.ndim == 1 for c in columns) else None
 
 
 class Unfold(GenerativeFunction):

@@ -52,7 +52,8 @@ import torch
 from ..core import distributions as _distributions
 from ..core.effects import active_handler
 
-__all__ = ["choice_family", "lower_families", "lower_families_in_tree", "lowering_report", "HELPER_NAME"]
+__all__ = ["choice_family", "lower_families", "lower_families_in_tree", "lowering_report", "single_choice_kernel",
+           "pure_call", "HELPER_NAME"]
 
 #: The name the lowered code calls (a closure cell of a lowered function; an attribute of
 #: the engine module in ``%%gen`` cells).
@@ -376,6 +377,23 @@ def _function_def(fn):
     return node
 
 
+def _compiled(fn, def_node, extra_names):
+    """The code of ``def_node`` compiled as ``fn``'s would be (its file, future flags,
+    free variables and the names its file imports)."""
+    code = fn.__code__
+    module = compile(_factory(fn, def_node, extra_names, _imported_names(code.co_filename)),
+                     code.co_filename, "exec", flags=code.co_flags & _FUTURE_FLAGS, dont_inherit=True)
+    return _inner_code(module, def_node.name)
+
+
+def _source_matches(fn, node) -> bool:
+    """Whether ``node`` (``fn``'s source as read from its file) compiles to ``fn``'s own code."""
+    try:
+        return _same_code(_compiled(fn, copy.deepcopy(node), ()), fn.__code__)
+    except (SyntaxError, ValueError, StopIteration):
+        return False
+
+
 def lower_families(fn):
     """``fn`` with its comprehension families lowered (see the module docstring), or ``fn``
     itself when it has none or its source cannot be verified against its code."""
@@ -389,23 +407,14 @@ def lower_families(fn):
                                or isinstance(n, ast.For) and not isinstance(_loop_parts(n), str)
                                for n in ast.walk(node)):
         return fn
-    filename, flags = code.co_filename, code.co_flags & _FUTURE_FLAGS
-    imported = _imported_names(filename)
-
-    def compiled(def_node, extra_names):
-        module = compile(_factory(fn, def_node, extra_names, imported), filename, "exec", flags=flags,
-                         dont_inherit=True)
-        return _inner_code(module, node.name)
-
+    if not _source_matches(fn, node):
+        return fn           # the source on disk is not this function's (edited since import)
     try:
-        original = compiled(copy.deepcopy(node), ())
-        if not _same_code(original, code):
-            return fn       # the source on disk is not this function's (edited since import)
         lowered_node = copy.deepcopy(node)
         wrapper = ast.Module(body=[lowered_node], type_ignores=[])
         if lower_families_in_tree(wrapper, lambda: ast.Name(id=HELPER_NAME, ctx=ast.Load())) == 0:
             return fn
-        lowered = compiled(lowered_node, (HELPER_NAME,))
+        lowered = _compiled(fn, lowered_node, (HELPER_NAME,))
     except (SyntaxError, ValueError, StopIteration):
         return fn
     cells = dict(zip(code.co_freevars, fn.__closure__ or ()))
@@ -435,3 +444,80 @@ def lowering_report(fn, lowered: bool) -> list:
         lines.append(f"line {lineno}: {kind} " + ("runs as one indexed family" if why is None
                                                   else f"runs as written: {why}"))
     return lines
+
+
+# ---------------------------------------------------------------------------
+# a Map's kernel that is one choice (combinators.Map scores its elements together)
+# ---------------------------------------------------------------------------
+_CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
+
+
+def _kernel_argument(node, params) -> bool:
+    """Constants, names, and arithmetic whose operands are parameters or constants."""
+    if isinstance(node, (ast.Constant, ast.Name)):
+        return True
+    return _arithmetic_of(node, params)
+
+
+def _arithmetic_of(node, params) -> bool:
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Name):
+        return node.id in params
+    if isinstance(node, ast.UnaryOp):
+        return isinstance(node.op, (ast.USub, ast.UAdd)) and _arithmetic_of(node.operand, params)
+    return (isinstance(node, ast.BinOp) and isinstance(node.op, _ARITHMETIC)
+            and _arithmetic_of(node.left, params) and _arithmetic_of(node.right, params))
+
+
+def _single_choice_parts(node):
+    """``(call, name)`` if ``node`` is ``def k(p1, ..., pk): return CONSTRUCTOR(ARGS) @ "name"``
+    (a docstring allowed; ARGS as :func:`_kernel_argument` allows), else None."""
+    body = node.body[1:] if (node.body and isinstance(node.body[0], ast.Expr)
+                             and isinstance(node.body[0].value, ast.Constant)
+                             and isinstance(node.body[0].value.value, str)) else node.body
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        return None
+    elt, params = body[0].value, {a.arg for a in node.args.args}
+    if not (isinstance(elt, ast.BinOp) and isinstance(elt.op, ast.MatMult)
+            and isinstance(elt.right, ast.Constant) and isinstance(elt.right.value, str)):
+        return None
+    call = elt.left
+    if not (isinstance(call, ast.Call) and _dotted_name(call.func) and _root_name(call.func) not in params
+            and not call.keywords and all(_kernel_argument(a, params) for a in call.args)):
+        return None
+    return call, elt.right.value
+
+
+def single_choice_kernel(fn):
+    """``(make, address)`` when ``fn`` is ``def k(p1, ..., pk): return CONSTRUCTOR(ARGS) @ "name"``
+    with positional parameters only, no free variables, ``ARGS`` constants, names and
+    arithmetic on the parameters, and its source verified against its code: ``make(*args)``
+    evaluates ``CONSTRUCTOR(ARGS)`` as the body does (the same reads in the same order), and
+    ``address`` is ``("name",)``. Else None. ``make(*args)`` gives ``(CONSTRUCTOR, ARGS)``, so
+    the caller can check that the constructor is one of the engine's (pure) before calling it."""
+    code = getattr(fn, "__code__", None)
+    if (code is None or code.co_freevars or code.co_kwonlyargcount or fn.__defaults__
+            or code.co_flags & (_CO_VARARGS | _CO_VARKEYWORDS) or code.co_posonlyargcount):
+        return None
+    node = _function_def(fn)
+    parts = _single_choice_parts(node) if node is not None else None
+    if parts is None or not _source_matches(fn, node):
+        return None
+    call, name = parts
+    pair = ast.Tuple(elts=[call.func, ast.Tuple(elts=list(call.args), ctx=ast.Load())], ctx=ast.Load())
+    make = ast.Expression(body=_lambda([a.arg for a in node.args.args], pair))
+    ast.fix_missing_locations(make)
+    try:
+        made = eval(compile(make, code.co_filename, "eval", dont_inherit=True), fn.__globals__)
+    except (SyntaxError, ValueError):
+        return None
+    return made, (name,)
+
+
+def pure_call(constructor, args):
+    """``constructor(*args)`` if the constructor is one of the engine's distributions and the
+    arguments are plain numbers or tensors (nothing with effects runs), else None."""
+    if not _is_pure_constructor(constructor) or not _plain_operands(args):
+        return None
+    return constructor(*args)
