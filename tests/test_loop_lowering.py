@@ -207,6 +207,7 @@ def test_a_compact_family_answers_every_address_as_the_choices_one_by_one():
     a, b = _per_point_pair()
     assert [type(r).__name__ for r in a._records.values()] == ["ChoiceRecord", "ChoiceRecord", "FamilyRecord"]
     assert a.get_choices() == b.get_choices() and list(a.get_choices()) == list(b.get_choices())
+    assert list(a.flat_records()) == list(b.flat_records()) and len(a.flat_records()) == len(b.flat_records())
     assert a["x"] == b["x"] and ("x", 5) in a and ("x",) in a and ("x", 31) not in a
     assert torch.equal(a["x", 5], b["x", 5]) and a["x", 5] is a.get_choices()["x", 5]
     assert _error(lambda: a["x", 31]) == _error(lambda: b["x", 31]) is not None

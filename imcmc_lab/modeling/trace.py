@@ -493,13 +493,9 @@ class FamilyRecord:
     def __len__(self):
         return len(self.keys)
 
-    @property
-    def finite(self) -> bool:
-        return bool(torch.isfinite(self.logpdfs).all()) if self.logpdf != float("-inf") else False
-
-    def addresses(self):
+    def addresses(self, prefix=()):
         namespace = self.namespace
-        return [(namespace, key) for key in self.keys]
+        return [prefix + (namespace, key) for key in self.keys]
 
     def position(self, key):
         """The index of ``key`` in the family, or None."""
@@ -570,9 +566,9 @@ class FlatRecords(Mapping):
     def __len__(self):
         return self._n
 
-    def __iter__(self):
-        for address, _ in self.items():
-            yield address
+    def __iter__(self):     # the addresses, without making the families' records
+        for part in self._parts:
+            yield from (part if type(part) is dict else part[1].addresses(part[0]))
 
     def items(self):
         out = []
