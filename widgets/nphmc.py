@@ -201,6 +201,9 @@ def _coordinate(traj, s, address, upto):
     if traj.created_mid_trajectory(address):
         parts.append(f'<circle class="imcmc-created" cx="{s.x(t0):.1f}" cy="{s.y(traj.steps[t0][address]):.1f}" '
                      f'r="3.5" fill="#ffffff" stroke="{colour}" stroke-width="1.6"/>')
+    if upto < traj.T:       # where the coordinate is at the step shown
+        parts.append(f'<circle cx="{s.x(upto):.1f}" cy="{s.y(traj.steps[upto][address]):.1f}" r="2.2" '
+                     f'fill="{colour if address in traj.used[upto] else FAINT}"/>')
     if upto == traj.T and traj.dropped(address):
         x, y = s.x(traj.T), s.y(traj.steps[-1][address])
         parts.append(f'<path class="imcmc-dropped" d="M{x - 4:.1f},{y - 4:.1f}L{x + 4:.1f},{y + 4:.1f}'
@@ -253,6 +256,7 @@ def _dimension_panel(traj, s, upto):
             pts += [f"{mid:.1f},{y(counts[t - 1]):.1f}", f"{mid:.1f},{y(counts[t]):.1f}",
                     f"{s.x(t):.1f},{y(counts[t]):.1f}"]
         parts.append(f'<polyline points="{" ".join(pts)}" fill="none" {style}/>')
+    parts.append(f'<circle cx="{s.x(upto):.1f}" cy="{y(traj.dims[upto]):.1f}" r="2.6" fill="{INK}"/>')
     parts.append(svg_text(s.right + 6, y(traj.dims[upto]) + 4, f"{traj.dims[upto]} used", size=10.5, fill=INK,
                           family=SANS))
     if traj.instantiated[upto] != traj.dims[upto]:
@@ -369,13 +373,16 @@ class NPTrajectoryView(FramePlayer):
     with a list of ``kernel.last_record`` collected over several moves shows one frame per
     move. ``discontinuous=`` (addresses or a selection) and ``n_steps=`` override what is
     taken from the kernel. ``trajectories`` holds the data drawn (:class:`NPTrajectory`).
-    A static copy stays beside the widget for saved notebooks and exports."""
+    A static copy stays beside the widget for saved notebooks and exports: the whole move (its
+    last frame), or every move of a list."""
 
     def __init__(self, source, *, kernel=None, n_steps=None, discontinuous=None, title="NP-HMC trajectory",
                  interval_ms: int = 600):
         frames, labels, self.trajectories = _build(source, kernel, n_steps, discontinuous)
         header = caption(title, esc(_summary(self.trajectories)))
         super().__init__(frames, labels, header_html=header, interval_ms=interval_ms, title=title)
+        if len(self.trajectories) == 1:     # the last step's frame shows the whole move and its decision
+            self.static_frames = [len(frames) - 1]
 
 
 def _summary(trajectories):
@@ -383,7 +390,11 @@ def _summary(trajectories):
         accepted = sum(t.accepted for t in trajectories)
         return f"{len(trajectories)} moves, {accepted} accepted; dimension per move before → after"
     t = trajectories[0]
-    blocks = f"{t.n_steps} steps per block, " if t.n_steps else ""
+    if t.n_steps:
+        blocks = math.ceil(t.T / t.n_steps)
+        ran = f"{blocks} blocks of {t.n_steps} ({blocks - 1} look-ahead)" if blocks > 1 else "1 block"
+        steps = f"{t.T} leapfrog steps in {ran}"
+    else:
+        steps = f"{t.T} leapfrog steps"
     after = t.dims[-1] if t.accepted else t.dims[0]
-    return f"{t.T} steps ({blocks}{math.ceil(t.T / t.n_steps) if t.n_steps else '?'} run); " \
-           f"dimension {t.dims[0]} → {after}; {t.decision()}"
+    return f"{steps}; dimension {t.dims[0]} → {after}; {t.decision()}"
