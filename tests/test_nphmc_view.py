@@ -94,7 +94,7 @@ def test_lookahead_blocks_and_a_rejected_move_are_marked():
             break
     later = seen[2]         # accepted after the first look-ahead block: 10 steps, one boundary drawn
     assert 'data-steps="10"' in later and later.count('class="imcmc-block"') == 1
-    assert "accepted in look-ahead block 2" in later and _groups(later)["x"]["kind"] == "continuous"
+    assert "accepted in block 2 (look-ahead 1)" in later and _groups(later)["x"]["kind"] == "continuous"
     rejected = seen["rejected"]   # all three blocks ran
     assert 'data-steps="15"' in rejected and rejected.count('class="imcmc-block"') == 2
     assert 'data-accepted="false"' in rejected and "rejected" in rejected

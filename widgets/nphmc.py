@@ -92,7 +92,7 @@ class NPTrajectory:
     def decision(self) -> str:
         alpha = f"log α = {self.log_alpha:.4g}"
         if self.accepted:
-            where = f" in look-ahead block {self.block}" if self.block and self.block > 1 else ""
+            where = f" in block {self.block} (look-ahead {self.block - 1})" if self.block and self.block > 1 else ""
             return f"accepted{where}: {alpha}"
         return f"rejected: {self.reason}" if self.reason else f"rejected: {alpha}"
 
