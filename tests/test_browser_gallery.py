@@ -6,7 +6,8 @@ appear as they run), as the README's Binder badges show them. The test opens the
 and checks that their widgets rendered and work: the involution schematic
 animates when Play is pressed, the Jacobian view is drawn and toggles to block
 order, the trace tree is Graphviz's SVG, and the live sampler finished its run
-with its plot drawn. Screenshots go to tests/artifacts/gallery-*.png.
+with its plot drawn. It also opens the nonparametric HMC notebook: its trajectory views
+render and play. Screenshots go to tests/artifacts/gallery-*.png.
 
 Same rules as tests/test_browser.py (whose helpers this reuses): skipped when
 Playwright, Chromium or Voilà are missing, unless IMCMC_REQUIRE_BROWSER=1.
@@ -109,4 +110,36 @@ def test_split_merge_renders_its_widgets_in_voila(browser, gallery_url):
     # the ArviZ and matplotlib figures below it are images too
     assert page.locator(".jp-RenderedImage img").count() >= 4
     page.screenshot(path=str(ARTIFACTS / "gallery-split-merge-page.png"), full_page=True)
+    assert not errors, errors
+
+
+def test_nonparametric_trajectory_views_render_and_play_in_voila(browser, gallery_url):
+    # the last cell shows the mixture's trajectory view
+    page, errors = _open(browser, gallery_url("nonparametric_hmc.ipynb"),
+                         "document.body.innerText.includes('NP-DHMC with look-ahead on the mixture')")
+    body = page.inner_text("body")
+    assert "E[N]: chain" in body and "P(start < 1): chain" in body and "off by" in body
+    views = page.locator(".imcmc-frames").filter(has=page.locator("svg.imcmc-nptrajectory"))
+    assert views.count() == 4                # geometric, four moves, walk, mixture
+    first = views.first
+    first.scroll_into_view_if_needed()
+    shown = first.locator("svg.imcmc-nptrajectory:visible")
+    assert shown.get_attribute("data-step") == "0"
+    steps = int(shown.get_attribute("data-steps"))
+    first.locator(".widget-play button").first.click()
+    page.wait_for_function(
+        """([el, last]) => { const s = el.querySelector('svg.imcmc-nptrajectory[data-step="' + last + '"]');
+                             return s && s.getClientRects().length > 0; }""",
+        arg=[first.element_handle(), steps], timeout=20_000)
+    final = first.locator("svg.imcmc-nptrajectory:visible")
+    dims = [int(d) for d in final.get_attribute("data-dims").split(",")]
+    assert len(dims) == steps + 1 and len(set(dims)) > 1, dims      # the dimension changed in this move
+    assert final.locator("g.imcmc-coordinate").count() >= 2
+    first.screenshot(path=str(ARTIFACTS / "gallery-nonparametric-geometric.png"))
+    for index, name in ((1, "moves"), (2, "walk"), (3, "mixture")):
+        view = views.nth(index)
+        view.scroll_into_view_if_needed()
+        assert view.locator("svg.imcmc-nptrajectory:visible").count() == 1
+        view.screenshot(path=str(ARTIFACTS / f"gallery-nonparametric-{name}.png"))
+    page.screenshot(path=str(ARTIFACTS / "gallery-nonparametric-page.png"), full_page=True)
     assert not errors, errors

@@ -18,6 +18,9 @@ notebook is opened in Chromium -- not run:
   is restored in its final state ("30 / 30 steps", the final plot), though its run
   ended between cells, where nbclient records no widget messages.
 
+The nonparametric HMC gallery notebook, saved the same way and opened untrusted, shows its
+trajectory views as images.
+
 Screenshots go to tests/artifacts/reopen-*.png. Skipped like tests/test_browser.py
 when Playwright or Chromium are missing.
 """
@@ -50,19 +53,23 @@ LONG_NAMED_CHAIN = (f"long_named = m.mixture_kernel()\nlong_named.name = {LONG_N
 @pytest.fixture(scope="module")
 def saved_folder(tmp_path_factory):
     _requirements()
-    nb = nbformat.read(GALLERY / NOTEBOOK, as_version=4)
-    nb.cells.append(nbformat.v4.new_code_cell(LONG_NAMED_CHAIN))
+    return _executed(NOTEBOOK, tmp_path_factory.mktemp("reopen"), [LONG_NAMED_CHAIN])
+
+
+def _executed(notebook, folder, extra_cells=()):
+    """``notebook`` from the gallery executed (small-run mode, widget state stored) and saved in ``folder``."""
+    nb = nbformat.read(GALLERY / notebook, as_version=4)
+    nb.cells += [nbformat.v4.new_code_cell(source) for source in extra_cells]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("IMCMC_SMALL", "1")
         NotebookClient(nb, timeout=600, kernel_name="python3", store_widget_state=True,
                        resources={"metadata": {"path": str(GALLERY)}}).execute()
-    folder = tmp_path_factory.mktemp("reopen")
-    nbformat.write(nb, folder / NOTEBOOK)
+    nbformat.write(nb, folder / notebook)
     return folder
 
 
 @contextmanager
-def _open_in_lab(browser, folder, name, data_dir):
+def _open_in_lab(browser, folder, name, data_dir, notebook=NOTEBOOK):
     """JupyterLab started on ``folder`` (its data folder, where notebook signatures live, and
     its workspaces: under ``data_dir``); yields a page showing the notebook, its outputs drawn."""
     port, token = _free_port(), secrets.token_hex(8)
@@ -72,7 +79,7 @@ def _open_in_lab(browser, folder, name, data_dir):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     env = {"JUPYTER_CONFIG_PATH": str(ROOT / "etc" / "jupyter"), "JUPYTER_DATA_DIR": str(data_dir)}
     with server(command, f"reopen-{name}.log", env=env):
-        page.goto(f"http://127.0.0.1:{port}/lab/tree/{NOTEBOOK}?token={token}", timeout=120_000)
+        page.goto(f"http://127.0.0.1:{port}/lab/tree/{notebook}?token={token}", timeout=120_000)
         page.wait_for_selector(".jp-NotebookPanel .jp-OutputArea-output", timeout=120_000)
         page.wait_for_timeout(3000)          # widget state restored, images decoded
         try:
@@ -189,3 +196,23 @@ def test_trusted_saved_notebook_restores_the_final_sampler(browser, saved_folder
         }""", STREAM_PLOTS)
         assert same, "the restored sampler's plot is not its final plot"
         live.screenshot(path=str(ARTIFACTS / "reopen-trusted-stream-final.png"))
+
+
+def test_untrusted_nonparametric_notebook_shows_its_trajectory_pictures(browser, tmp_path_factory, tmp_path):
+    """The NP-HMC trajectory views of the nonparametric gallery notebook, saved untrusted: each
+    is an image (a single move: its last frame, the whole trajectory; the list of four moves:
+    one image per move), with no loose SVG text, widget error or text repr beside them."""
+    _requirements()
+    notebook = "nonparametric_hmc.ipynb"
+    folder = _executed(notebook, tmp_path_factory.mktemp("reopen-np"))
+    with _open_in_lab(browser, folder, "untrusted-np", tmp_path, notebook=notebook) as page:
+        assert page.locator(".jp-OutputArea svg.imcmc-nptrajectory").count() == 0    # sanitised away
+        text = _output_text(page)        # (scrolls every cell into view, so that all are drawn)
+        images = page.locator(".jp-OutputArea-output img.imcmc-raster[alt^='NP-HMC trajectory']:visible")
+        assert images.count() == 1 + 4 + 1 + 1, images.count()       # geometric, four moves, walk, mixture
+        for i in range(images.count()):
+            drawn = _shown(page, images.nth(i), f"untrusted-np-{i}")
+            assert drawn.evaluate("img => img.complete && img.naturalWidth") > 300
+        assert "NP-HMC trajectory, step" not in text         # an <svg>'s <title>, as loose text
+        assert "Error displaying widget" not in text and "<NPTrajectoryView" not in text
+        page.screenshot(path=str(ARTIFACTS / "reopen-untrusted-np-page.png"), full_page=True)

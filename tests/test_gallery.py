@@ -29,7 +29,7 @@ SOURCES = GALLERY / "_build" / "src"
 NOTEBOOKS = sorted(GALLERY.glob("*.ipynb"))
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # notebooks whose widgets must have been displayed (the browser test opens these)
-WITH_WIDGETS = {"quickstart.ipynb", "split_merge_mixture.ipynb"}
+WITH_WIDGETS = {"quickstart.ipynb", "split_merge_mixture.ipynb", "nonparametric_hmc.ipynb"}
 
 
 def _code_cells(nb):
@@ -43,7 +43,7 @@ def _expects_error(cell) -> bool:
 def test_there_are_gallery_notebooks():
     names = {p.name for p in NOTEBOOKS}
     assert {"quickstart.ipynb", "split_merge_mixture.ipynb", "gp_structure.ipynb", "debugging_involutions.ipynb",
-            "hmc_as_involution.ipynb", "change_points_and_model_choice.ipynb"} <= names
+            "hmc_as_involution.ipynb", "change_points_and_model_choice.ipynb", "nonparametric_hmc.ipynb"} <= names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])

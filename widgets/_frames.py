@@ -110,18 +110,29 @@ class FramePlayer(W.VBox):
     def _ipython_display_(self):
         display_with_fallback(self, {"text/html": self.static_html(), "text/plain": repr(self)})
 
+    #: which frames the static fallback holds (``None``: all); a view whose last frame shows
+    #: everything (a trajectory step by step) keeps only that one, as a notebook whose scripts
+    #: were stripped shows every frame of the fallback one below the other
+    static_frames = None
+
     def static_html(self) -> str:
         """The self-contained fallback: the same frames, switched by inline JavaScript."""
         uid = "imcmc-" + uuid.uuid4().hex[:12]
+        kept = [(f, label) for i, (f, label) in enumerate(zip(self.frames, self.frame_labels))
+                if self.static_frames is None or i in self.static_frames]
+        if len(kept) == 1:
+            return (f"<div id='{uid}' class='imcmc-static {self.static_id}'>{sanitizer_proof(self._header_html)}"
+                    f"{sanitizer_proof(kept[0][0])}{sanitizer_proof(self._footer_html)}</div>"
+                    f"{fallback_style(self.static_id)}")
         frames = "".join(f"<div class='imcmc-frame' data-frame='{i}'>{sanitizer_proof(f)}</div>"
-                         for i, f in enumerate(self.frames))
-        labels = json.dumps(self.frame_labels).replace("<", "\\u003c").replace(">", "\\u003e")
+                         for i, (f, _) in enumerate(kept))
+        labels = json.dumps([label for _, label in kept]).replace("<", "\\u003c").replace(">", "\\u003e")
         play = self.control == "play"
         controls = (
             f'<div class="imcmc-controls" style="display:none;align-items:center;gap:10px;margin:6px 0;'
             f'font:13px {SANS};color:{MUTED}">'
             + ("<button type='button' class='imcmc-play' style='min-width:76px'>&#9654; Play</button>" if play else "")
-            + f"<input type='range' class='imcmc-range' min='0' max='{len(self.frames) - 1}' value='0' step='1'"
+            + f"<input type='range' class='imcmc-range' min='0' max='{len(kept) - 1}' value='0' step='1'"
               f" style='width:50%'><span class='imcmc-label'></span></div>"
         )
         script = f"""<script>(function(){{
