@@ -319,7 +319,7 @@ class Incremental(Tracer):
         if prev_sub is None or prev_sub.gen_fn != gen_fn:
             return cls.run_new_child(request, gen_fn, args, constraints)
         selected = selection is not None and not selection.is_empty()
-        if not constraints and not selected and (args is prev_sub.args or values_equal(args, prev_sub.args)):
+        if not constraints and not selected and (args is prev_sub._args or values_equal(args, prev_sub._args)):
             return Result(prev_sub, 0.0, None, None, 0), 0.0      # nothing under it changed
         result = gen_fn._execute(Execution(cls, args, prev_sub, constraints, selection, request.grad_terms))
         return result, result.weight
