@@ -298,6 +298,70 @@ def test_a_write_through_a_numpy_view_of_a_handed_out_value_is_refused(write):
         trace.update({"mu": 0.5})
 
 
+@il.gen
+def _family(k, bad):
+    ms = [il.normal(0.0, 1.0) @ ("m", j) for j in range(k)]
+    if bad == "iadd":
+        ms[1] += 1.0
+    elif bad == "loop":
+        for j, m in enumerate(ms):
+            if j == 1:
+                m.mul_(2.0)
+    elif bad == "slice":
+        ms[1:][0].sub_(1.0)
+    return il.normal(ms[0], 1.0) @ "y"
+
+
+@pytest.mark.parametrize("k", [3, 10])
+@pytest.mark.parametrize("bad", ["iadd", "loop", "slice"])
+def test_a_body_that_changes_a_lowered_familys_value_in_place_is_an_error(k, bad):
+    assert _family.lowered
+    torch.manual_seed(0)
+    with pytest.raises(il.TraceChangedError, match=r"\('m', 1\).*in place"):
+        _family.simulate(k, bad)
+    trace = _family.simulate(k, None)
+    with pytest.raises(il.TraceChangedError, match=r"\('m', 1\).*in place"):
+        trace.update(None, (k, bad))                  # the kept values of the family
+
+
+@il.gen
+def _inner():
+    return il.normal(0.0, 1.0) @ "z"
+
+
+@il.gen
+def _outer(bad):
+    r = _inner() @ "s"
+    if bad:
+        r += 1.0                     # the sub-trace's own value ("s", "z")
+    return il.normal(r, 1.0) @ "y"
+
+
+@il.gen
+def _point(x):
+    return il.normal(x, 1.0) @ "y"
+
+
+@il.gen
+def _mapped(bad):
+    ys = il.Map(_point)(torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)) @ "data"
+    if bad:
+        ys[2].add_(1.0)
+    return ys
+
+
+@pytest.mark.parametrize("run, where", [
+    (lambda: _outer.simulate(True), r"\('s', 'z'\)"),
+    (lambda: _outer.simulate(False).update(None, (True,)), r"\('s', 'z'\)"),
+    (lambda: _mapped.simulate(True), r"\('data', 2, 'y'\)"),
+    (lambda: _mapped.simulate(False).update(None, (True,)), r"\('data', 2, 'y'\)"),
+])
+def test_a_body_that_changes_a_sub_calls_return_value_in_place_is_an_error(run, where):
+    torch.manual_seed(0)
+    with pytest.raises(il.TraceChangedError, match=where + ".*in place"):
+        run()
+
+
 def test_the_discard_of_update_detailed_is_protected_like_the_trace():
     trace = _observed()
     result = trace.update_detailed({"mu": 0.9})

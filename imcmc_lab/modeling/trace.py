@@ -90,9 +90,11 @@ def _watched(value):
             value = torch.from_numpy(value)
         except (TypeError, ValueError):       # object arrays, non-native byte order
             return None, None
+    if value.requires_grad:
+        value = value.detach()                # the same memory, no autograd warnings
     if not value.ndim:
         return value, value.item()
-    return value, value.detach().clone()
+    return value, value.clone()
 
 
 def _same(view, snapshot) -> bool:
