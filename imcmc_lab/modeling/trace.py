@@ -9,12 +9,20 @@ Immutable against in-place edits too. A trace hands out its own tensors
 (``trace["mu"] is trace.get_choices()["mu"]``), and a kept value is the same tensor in
 every trace ``update`` makes from it, so ``v = trace["mu"]; v += 50`` would change all of
 them while their cached densities stay. Copying on every read would cost a copy per read
-and break that sharing; instead a trace notes what it hands out (:class:`Loans`) and the
-engine refuses, with :class:`~imcmc_lab.errors.TraceChangedError`, to use a trace that
-holds a value changed in place since (see :meth:`Trace._lineage`). Not covered: a
-program body changing a value it got from ``dist @ address`` in place, ``trace.args``,
-``update_detailed``'s discard, and writes through a NumPy view (``.numpy()`` shares the
-memory but not torch's version counter).
+and break that sharing; instead a trace notes what it hands out (:class:`Loans`: ``trace[a]``,
+``get_choices()``, the return value, ``trace.args``, the discard of ``update`` and
+``update_detailed``) with a snapshot of its data, and the engine refuses, with
+:class:`~imcmc_lab.errors.TraceChangedError`, to use a trace that holds a value changed
+since (see :meth:`Trace._lineage`). The data is compared, not torch's version counter, so a
+write through a NumPy view (``trace["x"].numpy()[0] = 5``: ``.numpy()`` and ``np.asarray``
+share the memory but bump no counter) is caught too; the price is one ``item()`` per lent
+0-d value and one ``torch.equal`` per lent vector each time a trace of the lineage is used,
+and a copy of each lent vector. A program body that changes in place a value it drew, a
+family's value or a sub-call's return value is refused at the end of the body
+(:meth:`~.tracer.Tracer.check_handed`). Not covered: a sub-trace's own ``args``
+(``trace.subtraces[i].args``, checked only when that sub-trace is used), a body changing its
+own arguments in place, and C code writing to a family's or a Map's list items directly
+(``torch._foreach_add_(values, 1)``).
 """
 
 from __future__ import annotations
