@@ -268,6 +268,13 @@ def _arrays_in(value, path=()):
             yield from _arrays_in(item, path + (key,))
 
 
+def _lend_arguments(trace):
+    """Note the tensors and NumPy arrays in ``trace.args`` as handed out."""
+    loans = trace._loans if trace._loans is not None else trace._lineage()
+    for path, value in _arrays_in(trace._args):
+        loans.add(trace, ArgumentPath(path), value, trace)
+
+
 def _tensors_in(value) -> list:
     """The tensor ``value``, or the tensors in a list or tuple ``value`` (one level)."""
     if isinstance(value, torch.Tensor):
@@ -449,9 +456,7 @@ class Trace:
         next update raises TraceChangedError)."""
         if getattr(self, "_args_lent", None) is None:
             self._args_lent = True
-            loans = self._loans if self._loans is not None else self._lineage()
-            for path, value in _arrays_in(self._args):
-                loans.add(self, ArgumentPath(path), value, self)
+            _lend_arguments(self)
         return self._args
 
     def get_args(self):
@@ -478,7 +483,7 @@ class Trace:
     def update_detailed(self, constraints=None, args=None, *, strict=True):
         """``update`` with everything it learned, as a :class:`~imcmc_lab.modeling.Result`:
         ``.trace``, ``.weight``, ``.discard`` (``{address: old value}``: this trace's own tensors,
-        unchecked unlike ``update``'s, so clone one before changing it) and ``.fresh`` (the
+        checked like ``update``'s once read: clone one before changing it) and ``.fresh`` (the
         addresses sampled from their prior because nothing gave them a value). With
         ``strict=False`` a constraint at an address the new execution never visits is
         listed in ``.unvisited`` instead of raising :class:`~imcmc_lab.errors.ConstraintError`."""

@@ -57,6 +57,44 @@ def _group_by_prefix(flat: dict) -> dict:
     return groups
 
 
+def _handed_changed(tracer, value):
+    """Raise the TraceChangedError of a body that changed ``value`` (handed to it) in place."""
+    address, call = _find_handed(tracer.records, value)
+    where = format_address(address) if address is not None else "a random choice"
+    name = next((key for key in reversed(address or ()) if isinstance(key, str)), "x")
+    line = tracer.lines.get(call or address) or next(
+        (line for addresses, line in tracer.family_lines if address in addresses), None)
+    at = f" ({describe_line(line)})" if line else ""
+    if call is None:
+        what = f"the value of {where} in place after drawing it{at}"
+    elif call == address:
+        what = f"the return value of the call at {where} in place{at}"
+    else:
+        what = f"the value of {where} in place after the call at {format_address(call)} returned it{at}"
+    raise TraceChangedError(
+        f"the body of {tracer.gen_fn.name} changed {what}: the trace would keep the changed value "
+        f"with the density of the drawn one. Use an out-of-place operation, which makes a new "
+        f"tensor: `{name} = {name} - ...` instead of `{name} -= ...`, `{name}[i] = ...` or "
+        f"`{name}.sub_(...)`; or copy first with `{name} = {name}.clone()`.")
+
+
+def _find_handed(records, value):
+    """``(address, call address or None)`` of a tensor the body received, or ``(None, None)``."""
+    for address, record in records.items():
+        if type(record) is ChoiceRecord:
+            if record.value is value:
+                return address, None
+            continue
+        sub = record.trace
+        for inner, rec in sub.flat_records().items():
+            if rec.value is value:
+                return address + inner, address
+        retval = sub.retval
+        if retval is value or (type(retval) in (list, tuple) and any(v is value for v in retval)):
+            return address, address
+    return None, None
+
+
 class Tracer:
     """What every mode shares: address bookkeeping, scoring, sub-calls."""
 
@@ -119,43 +157,8 @@ class Tracer:
             elif value._version != version and changed is None:
                 changed = value
         if changed is not None:
-            self._handed_changed(changed)
+            _handed_changed(self, changed)
         return retval
-
-    def _handed_changed(self, value):
-        address, call = self._find_handed(value)
-        where = format_address(address) if address is not None else "a random choice"
-        name = next((key for key in reversed(address or ()) if isinstance(key, str)), "x")
-        line = self.lines.get(call or address) or next(
-            (line for addresses, line in self.family_lines if address in addresses), None)
-        at = f" ({describe_line(line)})" if line else ""
-        if call is None:
-            what = f"the value of {where} in place after drawing it{at}"
-        elif call == address:
-            what = f"the return value of the call at {where} in place{at}"
-        else:
-            what = f"the value of {where} in place after the call at {format_address(call)} returned it{at}"
-        raise TraceChangedError(
-            f"the body of {self.gen_fn.name} changed {what}: the trace would keep the changed value "
-            f"with the density of the drawn one. Use an out-of-place operation, which makes a new "
-            f"tensor: `{name} = {name} - ...` instead of `{name} -= ...`, `{name}[i] = ...` or "
-            f"`{name}.sub_(...)`; or copy first with `{name} = {name}.clone()`.")
-
-    def _find_handed(self, value):
-        """``(address, call address or None)`` of a tensor the body received, or ``(None, None)``."""
-        for address, record in self.records.items():
-            if type(record) is ChoiceRecord:
-                if record.value is value:
-                    return address, None
-                continue
-            sub = record.trace
-            for inner, rec in sub.flat_records().items():
-                if rec.value is value:
-                    return address + inner, address
-            retval = sub.retval
-            if retval is value or (type(retval) in (list, tuple) and any(v is value for v in retval)):
-                return address, address
-        return None, None
 
     # -- address bookkeeping ---------------------------------------------
     def _claim(self, address, line, what):
