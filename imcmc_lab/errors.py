@@ -25,7 +25,15 @@ class DistributionError(ImcmcError, ValueError):
 
 
 class TraceChangedError(ImcmcError):
-    """A value a trace handed out (``v = trace["mu"]``) was changed in place afterwards."""
+    """A value a trace keeps was changed in place, which would leave the trace's cached
+    log-densities wrong. Raised when a trace is used next (update, regenerate, a move) after a
+    value it handed out -- ``trace[a]``, ``get_choices()``, the return value, ``trace.args``,
+    ``update``'s or ``update_detailed``'s discard -- was changed, also through a NumPy view
+    (``.numpy()``, ``np.asarray``) or a view of a slice; and at the end of a program body that
+    changed in place a value it drew, an indexed family's value, or a value a sub-call returned
+    (the message names the address and the line). Clone before changing (``.clone()``, a NumPy
+    array ``.copy()``) or use an out-of-place operation (``x = x - m`` instead of ``x -= m``).
+    """
 
 
 class TransformError(ImcmcError):

@@ -236,3 +236,135 @@ def test_a_body_that_changes_a_copy_of_a_drawn_value_is_fine():
 
     trace = centred_copy.simulate(4)
     assert trace.get_score() == pytest.approx(centred_copy.assess((4,), trace.get_choices()), abs=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# what was still not caught (issue 16 item 1, second round): the arguments a trace keeps,
+# writes through a NumPy view, a lowered family's values, a sub-call's return value and
+# update_detailed's discard
+# ---------------------------------------------------------------------------
+@il.gen
+def _line(xs):
+    slope = il.normal(0.0, 2.0) @ "slope"
+    for i in range(len(xs)):
+        il.normal(slope * xs[i], 1.0) @ ("y", i)
+
+
+def _line_trace(xs):
+    return _line.generate((xs,), {("y", i): 0.1 * i for i in range(len(xs))} | {"slope": 0.3})[0]
+
+
+@pytest.mark.parametrize("get", [lambda t: t.args, lambda t: t.get_args()])
+def test_an_edit_of_the_arguments_a_trace_keeps_is_refused(get):
+    """``trace.args[0][1] = 100`` changed the data of every trace sharing the arguments while
+    their cached densities stayed: the next weight was that of other data."""
+    trace = _line_trace(torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64))
+    get(trace)[0][1] = 100.0
+    with pytest.raises(il.TraceChangedError, match=r"argument 0 .*changed in place.*clone\(\)"):
+        trace.update({"slope": 0.5})
+
+
+def test_an_edit_of_a_numpy_argument_a_trace_keeps_is_refused():
+    import numpy as np
+
+    trace = _line_trace(np.array([0.5, 1.0, 2.0]))
+    trace.args[0][1] = 100.0                          # NumPy: no version counter
+    with pytest.raises(il.TraceChangedError, match=r"argument 0 .*changed in place.*copy\(\)"):
+        trace.update({"slope": 0.5})
+
+
+def test_reading_the_arguments_costs_no_error_and_the_weight_stays_exact():
+    xs = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
+    trace = _line_trace(xs)
+    mine = trace.args[0].clone()
+    mine[1] = 100.0
+    new, weight, _ = trace.update({"slope": 0.5})
+    exact = (_line.assess(trace.args, new.get_choices()) - _line.assess(trace.args, trace.get_choices()))
+    assert weight == pytest.approx(exact, abs=1e-12)
+
+
+@pytest.mark.parametrize("write", [
+    lambda t: t["x"].numpy().__setitem__(0, 5.0),
+    lambda t: t["x"].numpy().sort(),
+    lambda t: t["mu"].numpy().__setitem__((), 5.0),
+    lambda t: t.get_choices()["x"].numpy().__imul__(2.0),
+])
+def test_a_write_through_a_numpy_view_of_a_handed_out_value_is_refused(write):
+    """``.numpy()`` shares the tensor's memory without bumping torch's version counter."""
+    trace = _two.generate((torch.tensor([0.5, -0.2, 1.0], dtype=torch.float64),),
+                          {"x": torch.tensor([1.0, -0.2, 0.5], dtype=torch.float64), "mu": 0.3})[0]
+    write(trace)
+    with pytest.raises(il.TraceChangedError, match=r"changed in place"):
+        trace.update({"mu": 0.5})
+
+
+@il.gen
+def _family(k, bad):
+    ms = [il.normal(0.0, 1.0) @ ("m", j) for j in range(k)]
+    if bad == "iadd":
+        ms[1] += 1.0
+    elif bad == "loop":
+        for j, m in enumerate(ms):
+            if j == 1:
+                m.mul_(2.0)
+    elif bad == "slice":
+        ms[1:][0].sub_(1.0)
+    return il.normal(ms[0], 1.0) @ "y"
+
+
+@pytest.mark.parametrize("k", [3, 10])
+@pytest.mark.parametrize("bad", ["iadd", "loop", "slice"])
+def test_a_body_that_changes_a_lowered_familys_value_in_place_is_an_error(k, bad):
+    assert _family.lowered
+    torch.manual_seed(0)
+    with pytest.raises(il.TraceChangedError, match=r"\('m', 1\).*in place"):
+        _family.simulate(k, bad)
+    trace = _family.simulate(k, None)
+    with pytest.raises(il.TraceChangedError, match=r"\('m', 1\).*in place"):
+        trace.update(None, (k, bad))                  # the kept values of the family
+
+
+@il.gen
+def _inner():
+    return il.normal(0.0, 1.0) @ "z"
+
+
+@il.gen
+def _outer(bad):
+    r = _inner() @ "s"
+    if bad:
+        r += 1.0                     # the sub-trace's own value ("s", "z")
+    return il.normal(r, 1.0) @ "y"
+
+
+@il.gen
+def _point(x):
+    return il.normal(x, 1.0) @ "y"
+
+
+@il.gen
+def _mapped(bad):
+    ys = il.Map(_point)(torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)) @ "data"
+    if bad:
+        ys[2].add_(1.0)
+    return ys
+
+
+@pytest.mark.parametrize("run, where", [
+    (lambda: _outer.simulate(True), r"\('s', 'z'\)"),
+    (lambda: _outer.simulate(False).update(None, (True,)), r"\('s', 'z'\)"),
+    (lambda: _mapped.simulate(True), r"\('data', 2, 'y'\)"),
+    (lambda: _mapped.simulate(False).update(None, (True,)), r"\('data', 2, 'y'\)"),
+])
+def test_a_body_that_changes_a_sub_calls_return_value_in_place_is_an_error(run, where):
+    torch.manual_seed(0)
+    with pytest.raises(il.TraceChangedError, match=where + ".*in place"):
+        run()
+
+
+def test_the_discard_of_update_detailed_is_protected_like_the_trace():
+    trace = _observed()
+    result = trace.update_detailed({"mu": 0.9})
+    result.discard[("mu",)].add_(1.0)                 # the old value: still ``trace``'s
+    with pytest.raises(il.TraceChangedError, match="'mu'"):
+        trace.update({})

@@ -27,6 +27,10 @@ __all__ = ["DTYPE", "as_real", "float64_vector", "values_equal", "values_close",
            "ScalarList"]
 
 
+_LIST_GETITEM = list.__getitem__
+_LIST_ITER = list.__iter__
+
+
 def is_tensor(x) -> bool:
     return isinstance(x, torch.Tensor)
 
@@ -41,15 +45,57 @@ class ScalarList(list):
     :func:`as_real` (which every distribution applies to its parameters) makes a vector
     from :meth:`floats` instead of stacking the tensors. Otherwise it is an ordinary list;
     changing it forgets the floats, and a copy or a pickle is a plain list.
+
+    While a program body runs, the list is *watched* (:meth:`watch`): each tensor that Python
+    code takes out of it (indexing, slicing, iterating, ``copy``) is noted with its version
+    counter, so that the engine can refuse a body that changed a trace's value in place (see
+    :mod:`imcmc_lab.core.effects`). What is never taken out costs nothing: a body that hands the
+    whole list to a distribution reads no version counter. (C code that reads the items directly,
+    as ``torch.stack`` does, makes new tensors; only ``torch._foreach_*_`` would escape.)
     """
 
-    __slots__ = ("_floats",)
+    __slots__ = ("_floats", "_handed")
 
     def __init__(self, values=(), floats=None):
         super().__init__(values)
         # A function giving the values as a tuple of floats (None if they are not all
         # float64 0-d tensors outside autograd), or None: not known.
         self._floats = floats
+        self._handed = None
+
+    def watch(self, handed):
+        """Note each tensor taken out from now on in ``handed`` as ``(tensor, version)``
+        (``None``: stop). ``self``."""
+        self._handed = handed
+        return self
+
+    def _note(self, values):
+        handed = self._handed
+        if handed is not None:
+            handed.extend([(v, v._version) for v in values if type(v) is torch.Tensor])
+        return values
+
+    def __getitem__(self, index):
+        value = _LIST_GETITEM(self, index)
+        if self._handed is not None:
+            self._note(value if type(index) is slice else (value,))
+        return value
+
+    def __iter__(self):
+        return _LIST_ITER(self) if self._handed is None else iter(self._note(list(_LIST_ITER(self))))
+
+    def __reversed__(self):
+        return reversed(self._note(list(_LIST_ITER(self))))
+
+    def copy(self):
+        return self._note(list(_LIST_ITER(self)))
+
+    def __add__(self, other):
+        return list.__add__(self._note(list(_LIST_ITER(self))), other)
+
+    def pop(self, index=-1):
+        self._floats = None
+        return self._note((list.pop(self, index),))[0]
 
     def floats(self):
         """The values as a tuple of Python floats, or ``None`` if that is not known cheaply
@@ -72,7 +118,7 @@ def _forgetting(name):
 
 
 for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert",
-              "pop", "remove", "clear", "sort", "reverse"):
+              "remove", "clear", "sort", "reverse"):
     setattr(ScalarList, _name, _forgetting(_name))
 del _name
 

@@ -44,7 +44,7 @@ def _custom_mh(trace, q, q_args):
             f"model needs after the proposed change; propose it too (custom-proposal MH needs every "
             f"new address proposed so the reverse move can score it)."
         )
-    backward = q.assess((result.trace,) + q_args, result.discard)
+    backward = q.assess((result.trace,) + q_args, result._discard)     # read, not handed out
     log_alpha = result.weight + backward - forward.score
     if metropolis_accept(log_alpha):
         return result.trace, True

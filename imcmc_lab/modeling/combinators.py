@@ -190,7 +190,7 @@ class Map(GenerativeFunction):
         incremental = request.incremental
         changed = set()
         if incremental:
-            for old_seq, new_seq in zip(prev.args, args):
+            for old_seq, new_seq in zip(prev._args, args):
                 changed |= _changed_indices(old_seq, new_seq, n)
         sel_empty = selection is None or selection.is_empty()
         old = prev.subtraces if prev is not None else ()
@@ -332,10 +332,10 @@ class Unfold(GenerativeFunction):
         run = _ElementRun(request)
         incremental = request.incremental
         old = prev.subtraces if prev is not None else ()
-        params_changed = not incremental or not values_equal(params, tuple(prev.args[2:]))
+        params_changed = not incremental or not values_equal(params, tuple(prev._args[2:]))
         sel_empty = selection is None or selection.is_empty()
         start = 0
-        if not params_changed and sel_empty and _same_value(state, prev.args[1]):
+        if not params_changed and sel_empty and _same_value(state, prev._args[1]):
             # The steps before the first constrained one keep their arguments (the same
             # initial state, parameters and, one after the other, incoming states), so they
             # are kept wholesale: growing the chain by one step (SMC) costs O(1) steps, not O(n).
@@ -348,7 +348,7 @@ class Unfold(GenerativeFunction):
             # a kept step is reused when its own arguments (incoming state, parameters) are
             # unchanged, whatever happened to the steps before it (PGAS splices traces)
             if prev_sub is not None and incremental and not params_changed \
-                    and run.reusable(t, sel_empty) and _same_value(state, prev_sub.args[1]):
+                    and run.reusable(t, sel_empty) and _same_value(state, prev_sub._args[1]):
                 run.subtraces.append(prev_sub)
                 state = prev_sub.retval
                 continue
@@ -377,9 +377,9 @@ def restep(unfold_trace, t, state):
     re-run from ``state`` with its choices kept; None when that run would sample or drop a
     choice, or return a different state (then the later steps would change too)."""
     step = unfold_trace.subtraces[t]
-    if _same_value(state, step.args[1]):
+    if _same_value(state, step._args[1]):
         return 0.0
-    result = step.update_detailed({}, (step.args[0], state) + tuple(step.args[2:]))
+    result = step.update_detailed({}, (step._args[0], state) + tuple(step._args[2:]))
     if result.fresh or result.discard or not _same_value(result.trace.retval, step.retval):
         return None
     return result.weight

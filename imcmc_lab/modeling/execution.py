@@ -44,17 +44,35 @@ class Result:
     overwritten or that the new run no longer visits; ``fresh``: the addresses sampled from
     their prior (neither constrained nor kept); ``unvisited``: constraint addresses the
     program never visited (only with ``strict=False``; otherwise that is an error).
+
+    The discarded values are the previous trace's own tensors: the Result of a public
+    ``update_detailed`` notes them as handed out when ``discard`` is first read (see
+    ``trace.Loans``), so changing one in place is a TraceChangedError when that trace is used next.
     """
 
-    __slots__ = ("trace", "weight", "discard", "fresh", "n_used", "unvisited")
+    __slots__ = ("trace", "weight", "_discard", "fresh", "n_used", "unvisited", "lender")
 
     def __init__(self, trace, weight, discard, fresh, n_used):
-        self.trace, self.weight, self.discard, self.fresh, self.n_used = trace, weight, discard, fresh, n_used
+        self.trace, self.weight, self._discard, self.fresh, self.n_used = trace, weight, discard, fresh, n_used
         self.unvisited = ()
+        self.lender = None          # the previous trace, until ``discard`` was handed out
+
+    @property
+    def discard(self):
+        lender = self.lender
+        if lender is not None:
+            self.lender = None
+            if self._discard:
+                lender._lend_addresses(self._discard)
+        return self._discard
+
+    @discard.setter
+    def discard(self, value):
+        self._discard = value
 
     def __repr__(self):
         return (f"Result(trace={self.trace!r}, weight={self.weight:.6g}, "
-                f"{len(self.discard or ())} discarded, {len(self.fresh or ())} fresh)")
+                f"{len(self._discard or ())} discarded, {len(self.fresh or ())} fresh)")
 
 
 class WorkCounters:

@@ -50,7 +50,7 @@ import types
 import torch
 
 from ..core import distributions as _distributions
-from ..core.effects import active_handler
+from ..core.effects import active_handler, visit_family
 
 __all__ = ["choice_family", "lower_families", "lower_families_in_tree", "lowering_report", "single_choice_kernel",
            "pure_call", "HELPER_NAME"]
@@ -111,9 +111,7 @@ def _family_values(parts, namespace, keys, element, lineno, operands, wanted=Tru
     if not _is_pure_constructor(constructor):
         return [element(key) for key in keys]
     line = (sys._getframe(2).f_code.co_filename, lineno)
-    if wanted:
-        return tracer.choice_family(namespace, keys, constructor(*args), line)
-    return tracer.choice_family(namespace, keys, constructor(*args), line, values=False)
+    return visit_family(tracer, namespace, keys, constructor(*args), line, wanted)
 
 
 # ---------------------------------------------------------------------------

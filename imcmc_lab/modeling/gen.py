@@ -89,15 +89,14 @@ class GenerativeFunction:
     def update(self, trace, constraints=None, args=None):
         """``trace.update(constraints, args)``: ``(new_trace, log_weight, discard)``."""
         result = self.update_detailed(trace, constraints, args)
-        if result.discard:
-            trace._lend_addresses(result.discard)      # the old values: still ``trace``'s
-        return result.trace, result.weight, ChoiceMap._from_flat(result.discard or {})
+        return result.trace, result.weight, ChoiceMap._from_flat(result.discard or {})   # lent: see Result
 
     def update_detailed(self, trace, constraints=None, args=None, *, strict=True):
         """``trace.update_detailed(constraints, args, strict=strict)``: the full Result."""
         loans = trace._lineage()
         result = runtime.update(trace, constraints, args, strict)
         result.trace._loans = loans
+        result.lender = trace       # the discarded values are still ``trace``'s: lent when read
         return result
 
     def regenerate(self, trace, selection, args=None):

@@ -44,7 +44,7 @@ def run_dynamic(gen_fn, request):
     finally:
         pop_handler(saved)
     if tracer.handed:
-        tracer.check_handed()
+        retval = tracer.check_handed(retval)
     tracer.finish()
     score = sum(map(_LOGPDF, tracer.records.values()), 0.0)     # in order, as a loop would
     trace = DynamicTrace(gen_fn, request.args, retval, score, tracer.records, tracer.families, tracer.compact)
@@ -145,13 +145,13 @@ def assess(gen_fn, args, choices):
 def update(trace, constraints, args=None, strict=True):
     """The full :class:`~.execution.Result` of ``trace.update``."""
     flat = _owned_constraints(constraints)
-    args = trace.args if args is None else owned(_as_args(args))
+    args = trace._args if args is None else owned(_as_args(args))
     result = trace.gen_fn._execute(Execution(Update, args, trace, flat or None))
     return _account(trace.gen_fn, result, flat, "update", strict)
 
 
 def regenerate(trace, selection, args=None):
-    args = trace.args if args is None else owned(_as_args(args))
+    args = trace._args if args is None else owned(_as_args(args))
     result = trace.gen_fn._execute(Execution(Regenerate, args, trace, None, as_selection(selection)))
     return result.trace, result.weight
 
@@ -174,7 +174,7 @@ def differentiable_score(trace, values: dict):
         flat[address] = value
     terms = []
     try:
-        result = trace.gen_fn._execute(Execution(Assess, trace.args, None, flat, None, terms))
+        result = trace.gen_fn._execute(Execution(Assess, trace._args, None, flat, None, terms))
     except AssessFailure as exc:
         raise AddressError(f"differentiable_score: the program needs address {exc.args[0]!r}, "
                            f"which the trace does not have") from None

@@ -9,21 +9,29 @@ Immutable against in-place edits too. A trace hands out its own tensors
 (``trace["mu"] is trace.get_choices()["mu"]``), and a kept value is the same tensor in
 every trace ``update`` makes from it, so ``v = trace["mu"]; v += 50`` would change all of
 them while their cached densities stay. Copying on every read would cost a copy per read
-and break that sharing; instead a trace notes what it hands out (:class:`Loans`) and the
-engine refuses, with :class:`~imcmc_lab.errors.TraceChangedError`, to use a trace that
-holds a value changed in place since (see :meth:`Trace._lineage`). Not covered: a
-program body changing a value it got from ``dist @ address`` in place, ``trace.args``,
-``update_detailed``'s discard, and writes through a NumPy view (``.numpy()`` shares the
-memory but not torch's version counter).
+and break that sharing; instead a trace notes what it hands out (:class:`Loans`: ``trace[a]``,
+``get_choices()``, the return value, ``trace.args``, the discard of ``update`` and
+``update_detailed``) with a snapshot of its data, and the engine refuses, with
+:class:`~imcmc_lab.errors.TraceChangedError`, to use a trace that holds a value changed
+since (see :meth:`Trace._lineage`). The data is compared, not torch's version counter, so a
+write through a NumPy view (``trace["x"].numpy()[0] = 5``: ``.numpy()`` and ``np.asarray``
+share the memory but bump no counter) is caught too; the price is one ``item()`` per lent
+0-d value and one ``torch.equal`` per lent vector each time a trace of the lineage is used,
+and a copy of each lent vector. A program body that changes in place a value it drew, a
+family's value or a sub-call's return value is refused at the end of the body
+(:meth:`~.tracer.Tracer.check_handed`). Not covered: a sub-trace's own ``args``
+(``trace.subtraces[i].args``, checked only when that sub-trace is used), a body changing its
+own arguments in place, and C code writing to a family's or a Map's list items directly
+(``torch._foreach_add_(values, 1)``).
 """
 
 from __future__ import annotations
 
-import operator
 import threading
 import weakref
 from collections.abc import Mapping
 
+import numpy as np
 import torch
 
 from ..core.address import did_you_mean, format_address, normalize_address
@@ -33,7 +41,8 @@ from ..errors import AddressError, TraceChangedError
 __all__ = ["ChoiceRecord", "CallRecord", "Trace", "DynamicTrace", "Loans", "FamilyRecord", "FamilySlot",
            "FamilyValues", "FlatRecords"]
 
-_VERSION = operator.attrgetter("_version")
+_ITEM = torch.Tensor.item
+_EQUAL = torch.equal
 _LENDING = threading.Lock()
 
 
@@ -73,26 +82,86 @@ class CallRecord:
         return self.trace.score
 
 
+class ArgumentPath(tuple):
+    """Where a lent argument sits in ``trace.args``: ``(0,)`` is ``trace.args[0]``, ``(0, "k")``
+    is ``trace.args[0]["k"]``. A tuple of its own type, so it is never taken for an address."""
+
+    __slots__ = ()
+
+
+def _watched(value):
+    """``(view, snapshot)`` for a lent value: ``view`` a tensor sharing its memory (the value
+    itself, or a NumPy array's tensor view), ``snapshot`` its data now -- a Python number for
+    a 0-d tensor, else a copy. ``(None, None)`` for what cannot be compared."""
+    if isinstance(value, np.ndarray):
+        if not value.flags.writeable:
+            return None, None
+        try:
+            value = torch.from_numpy(value)
+        except (TypeError, ValueError):       # object arrays, non-native byte order
+            return None, None
+    if value.requires_grad:
+        value = value.detach()                # the same memory, no autograd warnings
+    if not value.ndim:
+        return value, value.item()
+    return value, value.clone()
+
+
+def _same(view, snapshot) -> bool:
+    """Whether ``view`` still holds the data of ``snapshot`` (NaN equal to NaN)."""
+    try:
+        if type(snapshot) is not torch.Tensor:
+            now = view.item()
+            return now == snapshot or (now != now and snapshot != snapshot)
+        if view.shape != snapshot.shape or view.dtype != snapshot.dtype:
+            return False
+        if _EQUAL(view, snapshot):
+            return True
+        return view.is_floating_point() and bool(((view == snapshot) | (view.isnan() & snapshot.isnan())).all())
+    except (RuntimeError, ValueError):          # e.g. a 0-d value resized in place
+        return False
+
+
+def _fast_lists(lists):
+    """The views and snapshots of ``lists`` split into 0-d ones (compared as numbers) and the
+    others (compared with ``torch.equal``), for :meth:`Loans.check`'s C-speed comparison."""
+    scalars, scalar_snaps, arrays, array_snaps = [], [], [], []
+    for view, snapshot in zip(lists[1], lists[2]):
+        if type(snapshot) is torch.Tensor:
+            arrays.append(view)
+            array_snaps.append(snapshot)
+        else:
+            scalars.append(view)
+            scalar_snaps.append(snapshot)
+    return scalars, scalar_snaps, arrays, array_snaps
+
+
 class Loans:
     """What a lineage of traces has handed out: one trace and every trace that ``update``
     and ``regenerate`` made from it, or from those (they share kept values by identity).
 
-    ``lists`` holds four parallel lists, one item per tensor handed out: the tensor, its
-    version counter then, a weak reference to its owner -- the :class:`ChoiceRecord`
-    holding it, or the trace whose return value it is -- and its address. Checking is one
-    C-speed comparison of the versions (:meth:`check`). Owners are held weakly so that what
-    is checked stays bounded by the live traces' choices, not by the length of a chain
-    (the values a chain or a user keeps are tensors, and keeping one keeps no entry):
-    entries whose owner died are dropped whenever the lists have doubled since the last
-    pruning. Appending and pruning hold a lock (chains started from one trace share its
-    Loans); pruning replaces the tuple of lists at once, so a check sees one consistent set.
+    ``lists`` holds five parallel lists, one item per tensor (or NumPy array argument)
+    handed out: the value, a tensor sharing its memory, a snapshot of its data then, a weak
+    reference to its owner -- the :class:`ChoiceRecord` holding it, or the trace whose
+    return value or argument it is -- and its address (an :class:`ArgumentPath` for an
+    argument). Checking compares the data with the snapshots, at C speed (:meth:`check`):
+    the data, not torch's version counter, because a write through a NumPy view
+    (``trace["x"].numpy()[0] = 5``, ``np.asarray(v).sort()``) shares the memory but not the
+    counter. A 0-d value costs one ``item()`` per check, a vector one ``torch.equal``.
+    Owners are held weakly so that what is checked stays bounded by the live traces'
+    choices, not by the length of a chain (the values a chain or a user keeps are tensors,
+    and keeping one keeps no entry): entries whose owner died are dropped whenever the
+    lists have doubled since the last pruning. Appending and pruning hold a lock (chains
+    started from one trace share its Loans); pruning replaces the tuples of lists at once,
+    so a check sees one consistent set.
     """
 
-    __slots__ = ("lists", "_ids", "_prune_at")
+    __slots__ = ("lists", "_fast", "_ids", "_prune_at")
 
     def __init__(self):
-        self.lists = ([], [], [], [])
-        self._ids = set()           # id() of the tensors in lists[0] (held there, so unique)
+        self.lists = ([], [], [], [], [])
+        self._fast = ([], [], [], [])
+        self._ids = set()           # id() of the values in lists[0] (held there, so unique)
         self._prune_at = 64
 
     def __len__(self):
@@ -107,39 +176,54 @@ class Loans:
             flag = "lent" if type(owner) is ChoiceRecord else "_retval_lent"
             if getattr(owner, flag, None) is None:
                 setattr(owner, flag, True)
-                if id(value) in self._ids:      # a re-scored kept value: its entry stays
-                    return value
-                with _LENDING:
-                    tensors, versions, owners, addresses = self.lists
-                    tensors.append(value)
-                    versions.append(value._version)
-                    owners.append(weakref.ref(owner))
-                    addresses.append(address)
-                    self._ids.add(id(value))
-                    if len(tensors) >= self._prune_at:
-                        self._prune(trace)
+                self.add(owner, address, value, trace)
         return value
 
+    def add(self, owner, address, value, trace=None):
+        """Note ``value`` as handed out (once per value: a re-scored kept value's entry stays)."""
+        if id(value) in self._ids:
+            return
+        view, snapshot = _watched(value)
+        if view is None:
+            return
+        with _LENDING:
+            for items, item in zip(self.lists, (value, view, snapshot, weakref.ref(owner), address)):
+                items.append(item)
+            fast = self._fast
+            if type(snapshot) is torch.Tensor:
+                fast[2].append(view)
+                fast[3].append(snapshot)
+            else:
+                fast[0].append(view)
+                fast[1].append(snapshot)
+            self._ids.add(id(value))
+            if len(self.lists[0]) >= self._prune_at:
+                self._prune(trace)
+
     def _prune(self, trace):
-        """Drop the entries whose owner died, unless ``trace`` still holds the tensor (an
+        """Drop the entries whose owner died, unless ``trace`` still holds the value (an
         update that re-scores a kept value wraps the same tensor in a new record)."""
-        tensors, _, owners, addresses = self.lists
+        values, _, _, owners, addresses = self.lists
         alive = [i for i, ref in enumerate(owners) if ref() is not None
-                 or (trace is not None and _held_as(trace, addresses[i], tensors[i]))]
-        self.lists = tuple([items[i] for i in alive] for items in self.lists)
-        self._ids = set(map(id, self.lists[0]))
+                 or (trace is not None and _held_as(trace, addresses[i], values[i]))]
+        lists = tuple([items[i] for i in alive] for items in self.lists)
+        self.lists, self._fast = lists, _fast_lists(lists)
+        self._ids = set(map(id, lists[0]))
         self._prune_at = 2 * len(alive) + 64
 
     def check(self, trace):
         """Raise :class:`TraceChangedError` if a value ``trace`` holds was changed in place
         after it was handed out."""
-        lists = self.lists
-        if list(map(_VERSION, lists[0])) == lists[1]:
-            return
+        scalars, scalar_snaps, arrays, array_snaps = self._fast
+        try:
+            if list(map(_ITEM, scalars)) == scalar_snaps and all(map(_EQUAL, arrays, array_snaps)):
+                return
+        except (RuntimeError, ValueError):          # a value resized in place
+            pass
         dead = False
-        for tensor, version, ref, address in zip(*lists):
-            if tensor._version != version:
-                held = _held_as(trace, address, tensor)
+        for value, view, snapshot, ref, address in zip(*self.lists):
+            if not _same(view, snapshot):
+                held = _held_as(trace, address, value)
                 if held:
                     _changed(trace, address, held)
                 dead = dead or ref() is None
@@ -148,17 +232,49 @@ class Loans:
                 self._prune(trace)
 
 
-def _held_as(trace, address, tensor):
-    """How ``trace`` holds ``tensor`` at ``address`` -- "the value at" (a choice) or "the
-    return value at" -- or None. By identity of the tensor, not of its owner: an update that
-    re-scores a kept value wraps the same tensor in a new record."""
+def _held_as(trace, address, value):
+    """How ``trace`` holds ``value`` at ``address`` -- "the value at" (a choice), "the return
+    value at" or "argument" -- or None. By identity of the value, not of its owner: an update
+    that re-scores a kept value wraps the same tensor in a new record."""
+    if type(address) is ArgumentPath:
+        return "argument" if _argument_at(trace._args, address) is value else None
     found = trace._resolve(address) if address else ("call", trace)
     if found is None:
         return None
     kind, target = found
     if kind == "leaf":
-        return "the value at" if target.value is tensor else None
-    return "the return value at" if target.retval is tensor else None
+        return "the value at" if target.value is value else None
+    return "the return value at" if target.retval is value else None
+
+
+def _argument_at(args, path):
+    for key in path:
+        try:
+            args = args[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return args
+
+
+def _arrays_in(value, path=()):
+    """``(path, tensor or array)`` for each tensor and NumPy array in ``value``, through
+    tuples, lists and dicts (what :func:`~.runtime.owned` copies)."""
+    kind = type(value)
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        yield path, value
+    elif kind is tuple or kind is list:
+        for i, item in enumerate(value):
+            yield from _arrays_in(item, path + (i,))
+    elif kind is dict:
+        for key, item in value.items():
+            yield from _arrays_in(item, path + (key,))
+
+
+def _lend_arguments(trace):
+    """Note the tensors and NumPy arrays in ``trace.args`` as handed out."""
+    loans = trace._loans if trace._loans is not None else trace._lineage()
+    for path, value in _arrays_in(trace._args):
+        loans.add(trace, ArgumentPath(path), value, trace)
 
 
 def _tensors_in(value) -> list:
@@ -170,25 +286,37 @@ def _tensors_in(value) -> list:
     return []
 
 
+_NUMPY_NOTE = ("(a write through a NumPy view counts: .numpy() and np.asarray share the memory)")
+
+
 def _changed(trace, address, what):
+    if what == "argument":
+        where = "".join(f"[{key!r}]" for key in address)
+        raise TraceChangedError(
+            f"argument {address[0]} of this trace of {trace.gen_fn.name} (trace.args{where}) was "
+            f"changed in place after the trace handed it out {_NUMPY_NOTE}: trace.args are the "
+            f"trace's own arguments, shared with the traces made from it, so their cached "
+            f"log-densities no longer match them. Traces are immutable: copy the argument before "
+            f"changing it, xs = trace.args{where}.clone() (a NumPy array: .copy()); to run the "
+            f"program on other arguments, use trace.update(None, new_args).")
     where = format_address(address) if address else "()"
     change = f"trace.update({{{where}: new_value}})" if what == "the value at" else "trace.update(...)"
     raise TraceChangedError(
         f"{what} {where} in this trace of {trace.gen_fn.name} was changed in place after the trace "
-        f"handed it out: trace[{where}] is the trace's own tensor, shared with the traces made from "
-        f"it, so their cached log-densities no longer match their values. Traces are immutable: clone "
-        f"the value before changing it, v = trace[{where}].clone() (in a transform: v = read(...).clone()); "
-        f"to change a choice, use {change}.")
+        f"handed it out {_NUMPY_NOTE}: trace[{where}] is the trace's own tensor, shared with the "
+        f"traces made from it, so their cached log-densities no longer match their values. Traces "
+        f"are immutable: clone the value before changing it, v = trace[{where}].clone() (in a "
+        f"transform: v = read(...).clone()); to change a choice, use {change}.")
 
 
 class Trace:
     """Base class of traces. Subclasses provide ``_records`` (address -> record)."""
 
-    __slots__ = ("gen_fn", "args", "retval", "score", "_choices", "_flat", "_loans", "_retval_lent",
-                 "__weakref__")
+    __slots__ = ("gen_fn", "_args", "retval", "score", "_choices", "_flat", "_loans", "_retval_lent",
+                 "_args_lent", "__weakref__")
 
     def __init__(self, gen_fn, args, retval, score):
-        self.gen_fn, self.args, self.retval, self.score = gen_fn, args, retval, score
+        self.gen_fn, self._args, self.retval, self.score = gen_fn, args, retval, score
         self._choices = None
         self._flat = None
         self._loans = None          # this trace's lineage's Loans, made on first need
@@ -196,7 +324,7 @@ class Trace:
     def __getstate__(self):
         # the slots, less the bookkeeping of what was handed out (a copy has lent nothing)
         state = {n: getattr(self, n) for c in type(self).__mro__ for n in getattr(c, "__slots__", ())
-                 if n not in ("__weakref__", "_retval_lent") and hasattr(self, n)}
+                 if n not in ("__weakref__", "_retval_lent", "_args_lent") and hasattr(self, n)}
         state["_choices"] = state["_loans"] = None       # get_choices() lends when it builds
         return None, state
 
@@ -316,6 +444,16 @@ class Trace:
     def choices(self) -> ChoiceMap:
         return self.get_choices()
 
+    @property
+    def args(self) -> tuple:
+        """The arguments the program ran with: the trace's own (copied from the caller's), shared
+        with the traces ``update`` makes from it. Copy one before changing it in place (else the
+        next update raises TraceChangedError)."""
+        if getattr(self, "_args_lent", None) is None:
+            self._args_lent = True
+            _lend_arguments(self)
+        return self._args
+
     def get_args(self):
         return self.args
 
@@ -340,7 +478,7 @@ class Trace:
     def update_detailed(self, constraints=None, args=None, *, strict=True):
         """``update`` with everything it learned, as a :class:`~imcmc_lab.modeling.Result`:
         ``.trace``, ``.weight``, ``.discard`` (``{address: old value}``: this trace's own tensors,
-        unchecked unlike ``update``'s, so clone one before changing it) and ``.fresh`` (the
+        checked like ``update``'s once read: clone one before changing it) and ``.fresh`` (the
         addresses sampled from their prior because nothing gave them a value). With
         ``strict=False`` a constraint at an address the new execution never visits is
         listed in ``.unvisited`` instead of raising :class:`~imcmc_lab.errors.ConstraintError`."""
@@ -365,7 +503,7 @@ class Trace:
     # -- display --------------------------------------------------------
     def __repr__(self):
         n = len(self.flat_records())
-        return (f"<{type(self).__name__} of {self.gen_fn.name}{_format_args(self.args)}: "
+        return (f"<{type(self).__name__} of {self.gen_fn.name}{_format_args(self._args)}: "
                 f"{n} choice{'s' if n != 1 else ''}, score {self.score:.4f}>")
 
     def _repr_html_(self):

@@ -68,6 +68,50 @@ def compact_line(compact, address):
     return None
 
 
+def _handed_changed(tracer, value):
+    """Raise the TraceChangedError of a body that changed ``value`` (handed to it) in place."""
+    address, call = _find_handed(tracer.records, value)
+    where = format_address(address) if address is not None else "a random choice"
+    name = next((key for key in reversed(address or ()) if isinstance(key, str)), "x")
+    line = tracer.lines.get(call or address) or next(
+        (line for addresses, line in tracer.family_lines if address in addresses), None)
+    at = f" ({describe_line(line)})" if line else ""
+    if call is None:
+        what = f"the value of {where} in place after drawing it{at}"
+    elif call == address:
+        what = f"the return value of the call at {where} in place{at}"
+    else:
+        what = f"the value of {where} in place after the call at {format_address(call)} returned it{at}"
+    raise TraceChangedError(
+        f"the body of {tracer.gen_fn.name} changed {what}: the trace would keep the changed value "
+        f"with the density of the drawn one. Use an out-of-place operation, which makes a new "
+        f"tensor: `{name} = {name} - ...` instead of `{name} -= ...`, `{name}[i] = ...` or "
+        f"`{name}.sub_(...)`; or copy first with `{name} = {name}.clone()`.")
+
+
+def _find_handed(records, value):
+    """``(address, call address or None)`` of a tensor the body received, or ``(None, None)``."""
+    for address, record in records.items():
+        if type(record) is ChoiceRecord:
+            if record.value is value:
+                return address, None
+            continue
+        if type(record) is FamilyRecord:
+            elements = record.values.elements or ()
+            for i, element in enumerate(elements):
+                if element is value:
+                    return (record.namespace, record.keys[i]), None
+            continue
+        sub = record.trace
+        for inner, rec in sub.flat_records().items():
+            if rec.value is value:
+                return address + inner, address
+        retval = sub.retval
+        if retval is value or (type(retval) in (list, tuple) and any(v is value for v in retval)):
+            return address, address
+    return None, None
+
+
 class Tracer:
     """What every mode shares: address bookkeeping, scoring, sub-calls."""
 
@@ -118,23 +162,22 @@ class Tracer:
     def finish(self):
         """End of the run (incremental modes remove what the run no longer visits)."""
 
-    def check_handed(self):
-        """Raise if the body changed in place a value it drew: the trace would hold the
-        changed value with the density of the drawn one."""
+    def check_handed(self, retval):
+        """Raise if the body changed in place a value the trace keeps (drawn, or returned by a
+        sub-call): the trace would hold the changed value with the density of the drawn one.
+        Stops watching the lists handed to the body (see :mod:`imcmc_lab.core.effects`);
+        ``retval``, or the plain list of which the body returns a watched copy."""
+        changed = None
         for value, version in self.handed:
-            if value._version != version:
-                address = next((a for a, r in self.records.items()
-                                if type(r) is ChoiceRecord and r.value is value), None)
-                where = format_address(address) if address is not None else "a random choice"
-                name = address[-1] if address is not None and isinstance(address[-1], str) else "x"
-                line = self.lines.get(address)
-                raise TraceChangedError(
-                    f"the body of {self.gen_fn.name} changed the value of {where} in place after "
-                    f"drawing it{f' ({describe_line(line)})' if line else ''}: the trace would keep "
-                    f"the changed value with the density of the drawn one. Use an out-of-place "
-                    f"operation, which makes a new tensor: `{name} = {name} - ...` instead of "
-                    f"`{name} -= ...`, `{name}[i] = ...` or `{name}.sub_(...)`; or copy first with "
-                    f"`{name} = {name}.clone()`.")
+            if type(version) is not int:
+                value.watch(None)
+                if version is not None and retval is value:
+                    retval = version
+            elif value._version != version and changed is None:
+                changed = value
+        if changed is not None:
+            _handed_changed(self, changed)
+        return retval
 
     # -- address bookkeeping ---------------------------------------------
     def _claim(self, address, line, what):
@@ -334,7 +377,7 @@ class Incremental(Tracer):
         if prev_sub is None or prev_sub.gen_fn != gen_fn:
             return cls.run_new_child(request, gen_fn, args, constraints)
         selected = selection is not None and not selection.is_empty()
-        if not constraints and not selected and (args is prev_sub.args or values_equal(args, prev_sub.args)):
+        if not constraints and not selected and (args is prev_sub._args or values_equal(args, prev_sub._args)):
             return Result(prev_sub, 0.0, None, None, 0), 0.0      # nothing under it changed
         result = gen_fn._execute(Execution(cls, args, prev_sub, constraints, selection, request.grad_terms))
         return result, result.weight

@@ -76,12 +76,18 @@ class Application:
         self.run = None
         self.new_model = None
         self.model_log_ratio = 0.0
-        self.discard = None
+        self._model_update = None
         self.new_aux = None
         self.log_q_new = 0.0
         self.jacobian = None
         self.problem = None
         self._consumed = dict   # () -> {input key: output key using it as a copy}; set by _account
+
+    @property
+    def discard(self):
+        """``{address: old value}`` of the model choices the move overwrote or removed: the old
+        trace's own tensors (clone one before changing it in place)."""
+        return self._model_update.discard if self._model_update is not None else None
 
     @property
     def copied_implicitly(self):
@@ -375,7 +381,7 @@ def apply_transform(f, model_trace, aux_trace=None, q=None, q_args=(), check_dim
                                   autodiff=autodiff)
     result = _model_update(run, model_trace)
     app.new_model, app.model_log_ratio = result.trace, result.weight
-    app.discard = result.discard
+    app._model_update = result        # its discard is lent to the user only when read
     _check_output_labels(run, MODEL, app.new_model)
     aux_choices = run.output_choices(AUX)
     if q is None:

@@ -99,6 +99,66 @@ CASES += [
          TraceChangedError, ("'mu'",) + _CHANGED),
 ]
 
+def _args_edited_then_update():
+    trace = _observed()
+    trace.args[0][1] = 9.0                   # the trace's own copy of the argument
+    trace.update({"mu": 0.5})
+
+
+def _numpy_view_written_then_update():
+    trace = _observed()
+    trace["x"].numpy().sort()                # shares the memory, bumps no version counter
+    trace.update({"mu": 0.5})
+
+
+def _detailed_discard_edited_then_update():
+    trace = _observed()
+    trace.update_detailed({"mu": 0.9}).discard[("mu",)].add_(1.0)
+    trace.update({})
+
+
+def _family_value_changed_in_body():
+    import imcmc_lab as il
+
+    @il.gen
+    def clusters(k):
+        means = [il.normal(0.0, 10.0) @ ("mu", j) for j in range(k)]     # lowered: one family
+        means[2] -= means[2]                 # in place on the trace's value
+        return means
+
+    clusters.simulate(10)
+
+
+def _sub_call_value_changed_in_body():
+    import imcmc_lab as il
+
+    @il.gen
+    def inner():
+        return il.normal(0.0, 1.0) @ "z"
+
+    @il.gen
+    def outer():
+        r = inner() @ "s"
+        r *= 2.0
+        return r
+
+    outer.simulate()
+
+
+CASES += [
+    # issue 16 item 1, second round: what the first round did not catch
+    Case("trace-args-edited", _args_edited_then_update, TraceChangedError,
+         ("argument 0", "trace.args[0]") + _CHANGED),
+    Case("trace-numpy-view-written", _numpy_view_written_then_update, TraceChangedError,
+         ("'x'", "numpy") + _CHANGED),
+    Case("update-detailed-discard-edited", _detailed_discard_edited_then_update, TraceChangedError,
+         ("'mu'",) + _CHANGED),
+    Case("body-changes-family-value", _family_value_changed_in_body, TraceChangedError,
+         ("('mu', 2)", "in place", "after drawing it", "line", "out-of-place")),
+    Case("body-changes-sub-call-value", _sub_call_value_changed_in_body, TraceChangedError,
+         ("('s', 'z')", "in place", "call at 's'", "line")),
+]
+
 CASES += [
     # issue 16 item 20: a cached body would skip its choices on repeated calls
     Case("gen-on-lru-cache", _gen_on_lru_cache, TypeError, ("lru_cache", "cached", "plain function")),

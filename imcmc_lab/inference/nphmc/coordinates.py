@@ -249,7 +249,7 @@ def evaluate(trace, observations, trajectory, selection, discontinuous, need_gra
     saved, _active.run = getattr(_active, "run", None), run
     try:
         with torch.set_grad_enabled(need_grad):
-            result = trace.gen_fn._execute(Execution(_CoordinateAssess, trace.args, None, observations or None,
+            result = trace.gen_fn._execute(Execution(_CoordinateAssess, trace._args, None, observations or None,
                                                      None, terms))
     except AssessFailure as exc:
         raise ImcmcError(f"NPHMC: at a state of the trajectory the program needs the choice "

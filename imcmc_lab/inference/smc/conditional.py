@@ -129,7 +129,7 @@ class _UnfoldSplice:
         return (len(before) == len(self.before)
                 and all(a == b and r is q for (a, r), (b, q) in zip(before, self.before))
                 and unfold.gen_fn == self.unfold.gen_fn and len(unfold) == (n_steps or self.t)
-                and values_equal(tuple(unfold.args[1:]), tuple(self.unfold.args[1:])))
+                and values_equal(tuple(unfold._args[1:]), tuple(self.unfold._args[1:])))
 
     def weight(self, trace):
         """``log gamma_N(trace + x') - log gamma_{t-1}(trace)``, or None (see the class docstring)."""
