@@ -1,0 +1,227 @@
+"""SMC generations run as one batch (:mod:`.batched`), and particle traces built on demand.
+
+:class:`Batcher` makes each generation: one batched kernel run when :mod:`.batched` proves it
+equal to the per-particle runs, else the per-particle runs (``extend``). A batched generation
+is a :class:`BatchedGeneration`: a sequence of particle traces whose storage is the batch
+and the parent generation; ``generation[i]`` builds particle ``i``'s trace (an ordinary
+immutable ``DynamicTrace``: the same records, scores, arguments and return values as the
+per-particle run's, sharing earlier steps with its ancestors) on first read and keeps it.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from ...modeling.combinators import UnfoldTrace, last_unfold
+from ...modeling.trace import CallRecord, ChoiceRecord, DynamicTrace
+from .batched import NotBatchable, _StepBatch, owned_args, probe, real_parents_shape, returned_site, run_step
+from .steps import extend
+
+__all__ = ["Batcher", "BatchedGeneration"]
+
+_LOGPDF = operator.attrgetter("logpdf")
+
+
+class _Shape:
+    """What every particle of a batched generation shares: the model and its ``args``, the
+    records ``before`` the Unfold, the Unfold's ``site``, the ``unfold`` and its arguments."""
+
+    __slots__ = ("model", "args", "before", "site", "unfold", "unfold_args")
+
+    def __init__(self, model, args, before, site, unfold, unfold_args):
+        self.model, self.args, self.before, self.site = model, args, before, site
+        self.unfold, self.unfold_args = unfold, unfold_args
+
+
+class BatchedGeneration(Sequence):
+    """Generation ``t``'s particles: particle ``i`` extends ``parent[ancestors[i]]`` (``parent``:
+    a list of traces or a BatchedGeneration; None at ``t = 0``) by the batched step ``step``."""
+
+    def __init__(self, t, parent, ancestors, shape, step):
+        self.t, self.parent, self.ancestors, self.shape, self.step = t, parent, ancestors, shape, step
+        self.n = len(step.increments)
+        self._traces, self._steps = {}, {}
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self.n))]
+        i = operator.index(i)
+        if not -self.n <= i < self.n:
+            raise IndexError(f"particle {i} of {self.n}")
+        i %= self.n
+        found = self._traces.get(i)
+        return found if found is not None else self._build(i)
+
+    def parent_index(self, i):
+        return i if self.ancestors is None else int(self.ancestors[i])
+
+    def values(self, address):
+        """``(n, ...)`` values at a choice of this generation's step, or None."""
+        k = len(self.shape.site)
+        if tuple(address[:k + 1]) != self.shape.site + (self.t,):
+            return None
+        for r in self.step.records:
+            if r.address == tuple(address[k + 1:]) and r.batched:
+                return r.value
+        return None
+
+    def states(self, ancestors):
+        """``(batched states, None)`` or ``(None, shared state)`` for the next generation."""
+        kind, what = self.step.retval
+        if kind == "shared":
+            return None, what
+        storage = self.step.records[what].value if kind == "record" else what
+        if ancestors is None:
+            return storage.clone(), None
+        index = np.asarray(ancestors, dtype=np.int64)
+        if storage.requires_grad:
+            return storage[torch.from_numpy(index)], None
+        return torch.from_numpy(storage.numpy()[index]), None      # NumPy's gather: a fifth of torch's cost
+
+    # -- building a particle's trace -------------------------------------------------
+    def _build(self, i):
+        chain, g, j = [], self, i
+        while True:
+            chain.append((g, j))
+            p = g.parent_index(j)
+            if not isinstance(g.parent, BatchedGeneration):
+                base = g.parent[p] if g.parent is not None else None
+                break
+            base = g.parent._traces.get(p)
+            if base is not None:
+                break
+            g, j = g.parent, p
+        if base is None:
+            steps, score, state = [], None, self.shape.unfold_args[1]
+        else:
+            unfold = last_unfold(base)[2]
+            steps, score = list(unfold.subtraces), unfold.score
+            state = steps[-1].retval if steps else unfold.args[1]
+        for g, j in reversed(chain):
+            step = g._steps.get(j)
+            if step is None:
+                step = g._steps[j] = g._step_trace(j, state)
+            score = step.score if score is None else score + step.score   # as Unfold adds it
+            steps.append(step)
+            state = step.retval
+        trace = self._trace(steps, score)
+        self._traces[i] = trace
+        return trace
+
+    def _step_trace(self, j, state):
+        records = {}
+        for r in self.step.records:
+            v = r.value
+            v = v[j].clone() if r.batched else (v.clone() if isinstance(v, torch.Tensor) else v)
+            records[r.address] = ChoiceRecord(r.dist(j), v, float(r.logpdf[j]))
+        kind, what = self.step.retval
+        if kind == "record":
+            retval = records[self.step.records[what].address].value
+        else:
+            retval = what[j].clone() if kind == "tensor" else what
+        args = (self.t, state) + tuple(self.shape.unfold_args[2:])
+        return DynamicTrace(self.shape.unfold.kernel, args, retval, sum(map(_LOGPDF, records.values()), 0.0),
+                            records)
+
+    def _trace(self, steps, score):
+        shape = self.shape
+        retval = [s.retval for s in steps]
+        unfold = UnfoldTrace(shape.unfold, shape.unfold_args, retval, score, steps)
+        records = dict(shape.before)
+        records[shape.site] = CallRecord(unfold)
+        return DynamicTrace(shape.model, shape.args, retval, sum(map(_LOGPDF, records.values()), 0.0), records)
+
+    def __repr__(self):
+        return f"<BatchedGeneration {self.t}: {self.n} particles, {len(self._traces)} built>"
+
+
+class Batcher:
+    """Makes the generations of one SMC run (see the module docstring). ``note``: why the run
+    went per particle (None while it batches); ``batched``: per generation, whether it ran
+    as one batch. ``enabled=False``: always per particle."""
+
+    def __init__(self, steps, n, enabled=True):
+        self.steps, self.n, self.note, self.batched = steps, n, None, []
+        self.site = None
+        if not enabled:
+            self.note = "batching turned off"
+            return
+        try:
+            self.site = returned_site(steps.model)
+        except NotBatchable as exc:
+            self.note = str(exc)
+
+    def generation(self, parents, ancestors, t):
+        """``(particles, log-weight increments)`` of generation ``t``: particle ``i`` extends
+        ``parents[ancestors[i]]`` (``ancestors`` None: ``parents[i]``; ``parents`` None at t = 0)."""
+        drawn = None
+        if self.note is None:
+            handler = None
+            try:
+                shape, kernel_args, state = self._plan(parents, ancestors, t)
+                handler = _StepBatch(self.n, self._constraints(t))
+                step = run_step(handler, shape.unfold.kernel, kernel_args, state)
+            except Exception as exc:    # noqa: BLE001 - the per-particle run below redoes it
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                self.note = f"generation {t} runs per particle from here on: {first[:200]}"
+                drawn = handler.drawn() if handler is not None else None
+            else:
+                self.batched.append(True)
+                return BatchedGeneration(t, parents, ancestors, shape, step), step.increments
+        self.batched.append(False)
+        return self._per_particle(parents, ancestors, t, drawn)
+
+    def _constraints(self, t):
+        site, k = self.site, len(self.site)
+        constraints = {}
+        for address, value in self.steps.observations(t).items():
+            if address[:k] != site or len(address) <= k + 1 or address[k] != t:
+                raise NotBatchable(f"the observation at {address!r} is not in step {t} of the Unfold")
+            constraints[address[k + 1:]] = value.clone() if isinstance(value, torch.Tensor) else value
+        return constraints
+
+    def _plan(self, parents, ancestors, t):
+        """``(shape, kernel arguments, batched states or None)`` of generation ``t``."""
+        args = owned_args(self.steps, t)
+        if t == 0:
+            before, previous = {}, None
+        elif isinstance(parents, BatchedGeneration):
+            before, previous = parents.shape.before, (parents.shape.args, parents.shape.unfold_args)
+        else:
+            used = [parents[a] for a in (range(len(parents)) if ancestors is None else np.unique(ancestors))]
+            before, old_args, old_unfold_args = real_parents_shape(used, self.site)
+            previous = (old_args, old_unfold_args)
+        unfold, call_args = probe(self.steps.model, self.site, args, before, previous)
+        shape = _Shape(self.steps.model, args, before, self.site, unfold, call_args)
+        state, shared = (None, call_args[1]) if t == 0 else self._states(parents, ancestors)
+        return shape, (t, shared) + tuple(call_args[2:]), state
+
+    def _states(self, parents, ancestors):
+        if isinstance(parents, BatchedGeneration):
+            return parents.states(ancestors)
+        index = range(len(parents)) if ancestors is None else ancestors
+        states = [last_unfold(parents[a])[2].retval[-1] for a in index]
+        if all(s is states[0] for s in states):
+            return None, states[0]
+        if all(type(s) is torch.Tensor and s.dtype == torch.float64 and s.shape == states[0].shape for s in states):
+            return torch.stack(states), None
+        raise NotBatchable("the particles' states are not float64 tensors of one shape")
+
+    def _per_particle(self, parents, ancestors, t, drawn):
+        """The per-particle runs; ``drawn``: values a failed batch drew, replayed as theirs."""
+        index = range(self.n) if ancestors is None else ancestors
+        prefix = (self.site or ()) + (t,)
+        traces, increments = [], []
+        for i, a in enumerate(index):
+            proposed = {prefix + address: v[i].clone() for address, v in drawn.items()} if drawn else None
+            extension = extend(self.steps, parents[a] if parents is not None else None, t, proposed)
+            traces.append(extension.trace)
+            increments.append(extension.log_weight)
+        return traces, np.asarray(increments, dtype=np.float64)
