@@ -121,14 +121,22 @@ def _intercepted_call(self, address, gen_fn, args, line):
     return _SITE_VALUE
 
 
+def _refused_draw(self, dist, address, line):
+    # a choice the particles would draw each for itself: refused before it draws (the probe
+    # leaves torch's random numbers as the per-particle run finds them)
+    raise NotBatchable(f"the model draws {address!r} before its Unfold")
+
+
 class _ProbeGenerate(Generate):
     __slots__ = ("site", "captured")
     call = _intercepted_call
+    _unconstrained = _refused_draw
 
 
 class _ProbeUpdate(Update):
     __slots__ = ("site", "captured")
     call = _intercepted_call
+    _fresh = _refused_draw
 
 
 def probe(model, site, args, before=None, previous=None):
