@@ -224,10 +224,10 @@ class BatchRecord:
 class _StepBatch:
     """The handler of a batched kernel body: ``dist @ address`` draws or scores all particles."""
 
-    __slots__ = ("level", "n", "constraints", "records", "addresses", "wrappers", "handed")
+    __slots__ = ("level", "n", "constraints", "records", "addresses", "wrappers", "handed", "may_draw")
 
-    def __init__(self, n, constraints):
-        self.level, self.n, self.constraints = None, n, constraints
+    def __init__(self, n, constraints, may_draw=True):
+        self.level, self.n, self.constraints, self.may_draw = None, n, constraints, may_draw
         self.records, self.addresses, self.wrappers, self.handed = [], set(), {}, []
 
     def choice(self, address, dist, line):
@@ -245,6 +245,8 @@ class _StepBatch:
             if batch.batch_problem() is not None:
                 raise NotBatchable(f"invalid parameters at {address!r}")
             constrained = address in self.constraints
+            if not (constrained or self.may_draw):
+                raise NotBatchable(f"the step would draw {address!r}")
             value = batch.coerce(self.constraints[address]) if constrained else batch.sample_batch(n)
             logpdf = batch.batch_log_prob(value)          # NaN: checked in StepBatch
             if logpdf.shape != (n,):
@@ -332,3 +334,25 @@ def run_step(handler, kernel, args, state):
     if (state is not None and state._version != version) or any(v._version != k for v, k in handler.handed):
         raise NotBatchable("the kernel changed a value in place")
     return StepBatch(handler.records, spec, first=int(args[0]) == 0)
+
+
+def restep_batch(step, states):
+    """:func:`~imcmc_lab.modeling.combinators.restep` for a batch: ``log p(step re-run from
+    state l) - log p(step)`` for each row of ``states`` (``(n, ...)``), the step's choices
+    kept; None where ``restep`` could give None (the re-run would draw, or return a state
+    that differs from the step's) or the batch cannot run it (then ask ``restep`` per state)."""
+    constraints = {a: r.value for a, r in step.flat_records().items()}
+    handler = _StepBatch(len(states), constraints, may_draw=False)
+    try:
+        batch = run_step(handler, step.gen_fn, tuple(step.args), states)
+    except Exception:       # noqa: BLE001 - the per-state restep decides
+        return None
+    kind, value = batch.retval
+    if kind != "shared" or not (value is step.retval or values_equal(value, step.retval)) \
+            or len(handler.records) != len(constraints):
+        return None
+    old = step.flat_records()
+    delta = 0.0
+    for r in handler.records:       # as update sums them: new - old per choice, in order
+        delta = delta + (r.logpdf - old[r.address].logpdf)
+    return np.broadcast_to(delta, (len(states),))

@@ -25,6 +25,8 @@ from ...errors import ConstraintError
 from ...modeling.combinators import last_unfold, restep
 from ..kernels import Kernel
 from .resampling import effective_sample_size, log_sum_exp, resample
+from .batched import NotBatchable, restep_batch
+from .generations import Batcher, BatchedGeneration, Joined
 from .steps import Steps, extend
 
 __all__ = ["PG", "PGAS", "Reference", "SweepRecord", "conditional_smc"]
@@ -131,6 +133,22 @@ class _UnfoldSplice:
                 and unfold.gen_fn == self.unfold.gen_fn and len(unfold) == (n_steps or self.t)
                 and values_equal(tuple(unfold.args[1:]), tuple(self.unfold.args[1:])))
 
+    def batch_weights(self, batch):
+        """:meth:`weight` of every particle of a :class:`~.generations.BatchedGeneration` in one
+        batched re-run of step ``t``, or None (then ask :meth:`weight` per particle)."""
+        shape = batch.shape
+        if len(shape.before) != len(self.before) or any(
+                a != b or r is not q for (a, r), (b, q) in zip(shape.before.items(), self.before)) \
+                or shape.unfold != self.unfold.gen_fn or int(shape.unfold_args[0]) != self.t \
+                or not values_equal(tuple(shape.unfold_args[1:]), tuple(self.unfold.args[1:])):
+            return None
+        try:
+            states, _ = batch.states(None)
+        except NotBatchable:
+            return None
+        deltas = None if states is None else restep_batch(self.unfold.subtraces[self.t], states)
+        return None if deltas is None else self.offset + deltas
+
     def weight(self, trace):
         """``log gamma_N(trace + x') - log gamma_{t-1}(trace)``, or None (see the class docstring)."""
         site = last_unfold(trace)
@@ -157,7 +175,14 @@ def ancestor_log_weights(steps, traces, log_weights, t, suffix, full=None, fast=
     # updating ``full`` where a particle differs needs ``full`` itself, not only its score
     by_difference = fast and full is not None and splice is None and full_score is None
     get_suffix = suffix if callable(suffix) else (lambda: suffix)
-    for l, trace in enumerate(traces):
+    particles = enumerate(traces)
+    if splice is not None and isinstance(traces, Joined):
+        batched = splice.batch_weights(traces.batch)
+        if batched is not None:     # the others at once; the retained particle below
+            rest = log_weights[1:]
+            weights[1:] = np.where(rest == _NEG_INF, _NEG_INF, rest + batched)
+            particles = [(0, traces[0])]
+    for l, trace in particles:
         if log_weights[l] == _NEG_INF:
             continue
         w = splice.weight(trace) if splice is not None else None
@@ -197,21 +222,26 @@ class SweepRecord:
         return [effective_sample_size(w) for _, w in self.history]
 
 
-def conditional_smc(steps, n_particles, reference: Reference, ancestor_sampling, fast=True, record=None):
+def _joined(first, rest):
+    """The retained particle's trace, then the others (a batched generation or a list)."""
+    return Joined(first, rest) if isinstance(rest, BatchedGeneration) else [first] + list(rest)
+
+
+def conditional_smc(steps, n_particles, reference: Reference, ancestor_sampling, fast=True, record=None,
+                    batch=True):
     """One conditional SMC sweep; returns (final traces, final log-weights, ancestor switches).
-    ``record``: a :class:`SweepRecord` to fill."""
+    ``record``: a :class:`SweepRecord` to fill. ``batch``: the other particles' generations run
+    as one batch where that is the per-particle run (see :class:`~.filter.ParticleFilter`)."""
     n = steps.n
-    traces = [reference.prefixes[0]] + [None] * (n_particles - 1)
-    log_weights = np.zeros(n_particles)
-    log_weights[0] = reference.log_weights[0]
-    for l in range(1, n_particles):
-        e = extend(steps, None, 0)
-        traces[l], log_weights[l] = e.trace, e.log_weight
+    batcher = Batcher(steps, n_particles - 1, enabled=batch)
+    rest, increments = batcher.generation(None, None, 0)
+    traces = _joined(reference.prefixes[0], rest)
+    log_weights = np.r_[reference.log_weights[0], increments]
     # the retained trajectory as a trace of the last generation; after a switch scored by the
     # fast Unfold path, ``full`` keeps the old steps before t and ``full_score`` is its score
     full, full_score, on_reference, switches = reference.prefixes[-1], None, True, 0
     if record is not None:
-        record.history.append((list(traces), log_weights))
+        record.history.append((traces, log_weights))
     for t in range(1, n):
         ancestors = resample(log_weights, n_particles - 1, "multinomial")
         a0 = 0
@@ -230,12 +260,8 @@ def conditional_smc(steps, n_particles, reference: Reference, ancestor_sampling,
         else:
             e = extend(steps, traces[a0], t, reference.new[t])
             retained, w0 = e.trace, e.log_weight
-        new_traces, new_weights = [retained], [w0]
-        for a in ancestors:
-            e = extend(steps, traces[a], t)
-            new_traces.append(e.trace)
-            new_weights.append(e.log_weight)
-        traces, log_weights = new_traces, np.asarray(new_weights)
+        rest, increments = batcher.generation(traces, ancestors, t)
+        traces, log_weights = _joined(retained, rest), np.r_[w0, increments]
         if record is not None:
             record.history.append((traces, log_weights))
             record.ancestors.append(np.r_[a0, ancestors])
@@ -251,13 +277,13 @@ class PG(Kernel):
 
     ancestor_sampling = False
 
-    def __init__(self, steps: Steps, n_particles: int, fast: bool = True, name=None):
+    def __init__(self, steps: Steps, n_particles: int, fast: bool = True, name=None, batch: bool = True):
         if not isinstance(steps, Steps):
             raise TypeError(f"{type(self).__name__} needs an il.Steps, got {type(steps).__name__}")
         if int(n_particles) < 2:
             raise ValueError(f"{type(self).__name__} needs at least 2 particles, got {n_particles!r}")
         super().__init__(name or f"{type(self).__name__.lower()}({steps.model.name}, {n_particles})")
-        self.steps, self.n_particles, self.fast = steps, int(n_particles), fast
+        self.steps, self.n_particles, self.fast, self.batch = steps, int(n_particles), fast, batch
         self._cache = (None, None)   # (trace this kernel returned, its Reference)
         self.switches = 0
         self.last_log_z = None
@@ -269,7 +295,8 @@ class PG(Kernel):
             reference = Reference(self.steps, trace)
         self.last_sweep = SweepRecord()
         traces, log_weights, switches = conditional_smc(self.steps, self.n_particles, reference,
-                                                        self.ancestor_sampling, self.fast, self.last_sweep)
+                                                        self.ancestor_sampling, self.fast, self.last_sweep,
+                                                        self.batch)
         self.switches += switches
         self.last_log_z = log_sum_exp(log_weights) - math.log(self.n_particles)
         k = int(resample(log_weights, 1, "multinomial")[0])

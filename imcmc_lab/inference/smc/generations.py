@@ -16,12 +16,13 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ...core.values import values_equal
 from ...modeling.combinators import UnfoldTrace, last_unfold
 from ...modeling.trace import CallRecord, ChoiceRecord, DynamicTrace
 from .batched import NotBatchable, _StepBatch, owned_args, probe, real_parents_shape, returned_site, run_step
 from .steps import extend
 
-__all__ = ["Batcher", "BatchedGeneration"]
+__all__ = ["Batcher", "BatchedGeneration", "Joined"]
 
 _LOGPDF = operator.attrgetter("logpdf")
 
@@ -90,14 +91,19 @@ class BatchedGeneration(Sequence):
         chain, g, j = [], self, i
         while True:
             chain.append((g, j))
-            p = g.parent_index(j)
-            if not isinstance(g.parent, BatchedGeneration):
-                base = g.parent[p] if g.parent is not None else None
+            parent, p = g.parent, g.parent_index(j)
+            if isinstance(parent, Joined):
+                if p == 0:
+                    base = parent.first
+                    break
+                parent, p = parent.batch, p - 1
+            if not isinstance(parent, BatchedGeneration):
+                base = parent[p] if parent is not None else None
                 break
-            base = g.parent._traces.get(p)
+            base = parent._traces.get(p)
             if base is not None:
                 break
-            g, j = g.parent, p
+            g, j = parent, p
         if base is None:
             steps, score, state = [], None, self.shape.unfold_args[1]
         else:
@@ -140,6 +146,46 @@ class BatchedGeneration(Sequence):
 
     def __repr__(self):
         return f"<BatchedGeneration {self.t}: {self.n} particles, {len(self._traces)} built>"
+
+
+class Joined(Sequence):
+    """Conditional SMC's generation: the retained particle's trace ``first`` (index 0), then
+    the particles of ``batch`` (a :class:`BatchedGeneration`)."""
+
+    def __init__(self, first, batch):
+        self.first, self.batch = first, batch
+
+    def __len__(self):
+        return 1 + len(self.batch)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        n, i = len(self), operator.index(i)
+        if not -n <= i < n:
+            raise IndexError(f"particle {i} of {n}")
+        i %= n
+        return self.first if i == 0 else self.batch[i - 1]
+
+    def states(self, ancestors):
+        """As :meth:`BatchedGeneration.states`, index 0 being the retained particle's state."""
+        rest, shared = self.batch.states(None)
+        state = _last_state(self.first)
+        if rest is None:
+            if state is shared:
+                return None, shared
+            raise NotBatchable("the retained particle's state differs from the others'")
+        if type(state) is not torch.Tensor or state.dtype != rest.dtype or state.shape != rest.shape[1:]:
+            raise NotBatchable("the retained particle's state is not a tensor like the others'")
+        every = torch.cat([state.detach().reshape((1,) + tuple(state.shape)), rest])
+        if ancestors is None:
+            return every, None
+        return every[torch.from_numpy(np.asarray(ancestors, dtype=np.int64))], None
+
+
+def _last_state(trace):
+    unfold = last_unfold(trace)[2]
+    return unfold.retval[-1] if len(unfold) else unfold.args[1]
 
 
 class Batcher:
@@ -194,6 +240,13 @@ class Batcher:
             before, previous = {}, None
         elif isinstance(parents, BatchedGeneration):
             before, previous = parents.shape.before, (parents.shape.args, parents.shape.unfold_args)
+        elif isinstance(parents, Joined):
+            shape = parents.batch.shape
+            before, previous = shape.before, (shape.args, shape.unfold_args)
+            mine = real_parents_shape([parents.first], self.site)
+            if len(mine[0]) != len(before) or any(before.get(a) is not r for a, r in mine[0].items()) \
+                    or not values_equal(mine[1], shape.args) or not values_equal(mine[2][1:], shape.unfold_args[1:]):
+                raise NotBatchable("the retained particle differs from the others before its Unfold")
         else:
             used = [parents[a] for a in (range(len(parents)) if ancestors is None else np.unique(ancestors))]
             before, old_args, old_unfold_args = real_parents_shape(used, self.site)
@@ -204,10 +257,10 @@ class Batcher:
         return shape, (t, shared) + tuple(call_args[2:]), state
 
     def _states(self, parents, ancestors):
-        if isinstance(parents, BatchedGeneration):
+        if isinstance(parents, (BatchedGeneration, Joined)):
             return parents.states(ancestors)
         index = range(len(parents)) if ancestors is None else ancestors
-        states = [last_unfold(parents[a])[2].retval[-1] for a in index]
+        states = [_last_state(parents[a]) for a in index]
         if all(s is states[0] for s in states):
             return None, states[0]
         if all(type(s) is torch.Tensor and s.dtype == torch.float64 and s.shape == states[0].shape for s in states):
