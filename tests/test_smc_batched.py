@@ -216,3 +216,30 @@ def test_batched_particles_are_ordinary_traces():
                            rejuvenate=il.MH(il.select(("states", 0, "x"))))
     pf.run()
     assert all(pf.batched), pf.batch_note
+
+
+def test_pgas_reads_the_next_reference_from_its_sweep():
+    """The reference of the returned trace, read from the sweep's genealogy, is what replaying
+    that trace gives: the same choices per generation and incremental weights (1e-12); and
+    batched PGAS chains equal per-particle ones from one seed (10 particles)."""
+    from imcmc_lab.inference.smc.conditional import Reference
+    _, ys = sq.simulate_linear_gaussian(12)
+    steps = sq.linear_gaussian_steps(ys)
+    torch.manual_seed(19)
+    start = il.smc(steps, 10, batch=False).sample()
+    chains = {}
+    for batch in (True, False):
+        torch.manual_seed(20)
+        kernel, trace, seen = il.PGAS(steps, 10, batch=batch), start, []
+        for _ in range(6):
+            trace, _ = kernel.step(trace)
+            seen.append([float(trace["states", t, "x"]) for t in range(12)])
+            read, replayed = kernel._cache[1], Reference(steps, trace)
+            assert kernel._cache[0] is trace
+            for t in range(12):
+                assert read.new[t].keys() == replayed.new[t].keys()
+                assert all(torch.equal(read.new[t][a], replayed.new[t][a]) for a in read.new[t])
+                assert read.log_weights[t] == pytest.approx(replayed.log_weights[t], abs=1e-12)
+                assert read.prefixes[t].score == pytest.approx(replayed.prefixes[t].score, abs=1e-12)
+        chains[batch] = seen
+    assert chains[True] == chains[False]

@@ -193,7 +193,7 @@ def real_parents_shape(parents, site):
         found = last_unfold(trace)
         if found is None or found[1] != site or trace._families is not None \
                 or len(found[0]) != len(before) or any(before.get(a) is not r for a, r in found[0]) \
-                or not values_equal(trace.args, args) or not values_equal(found[2].args[1:], unfold_args[1:]):
+                or not _same_values(trace.args, args) or not _same_values(found[2].args[1:], unfold_args[1:]):
             raise NotBatchable("the particles differ before their Unfold")
     return before, args, unfold_args
 

@@ -59,6 +59,28 @@ class Reference:
                 f"last generation's program?")
 
 
+    @classmethod
+    def from_sweep(cls, steps: Steps, record, k: int):
+        """The reference of particle ``k`` of a sweep's last generation, read from the sweep's
+        genealogy (``record``: its :class:`SweepRecord`) instead of replayed: its ancestor at
+        generation ``t`` is its trace of generation ``t``, and that ancestor's weight its
+        incremental weight (conditional SMC resamples every generation)."""
+        self = cls.__new__(cls)
+        n = steps.n
+        self.prefixes, self.log_weights = [None] * n, [None] * n
+        for t in range(n - 1, -1, -1):
+            traces, log_weights = record.history[t]
+            self.prefixes[t], self.log_weights[t] = traces[k], float(log_weights[k])
+            if t:
+                k = int(record.ancestors[t][k])
+        self.new, before = [], {}
+        for t, prefix in enumerate(self.prefixes):
+            flat, observed = prefix.flat_records(), steps.observations(t)
+            self.new.append({a: r.value for a, r in flat.items() if a not in before and a not in observed})
+            before = flat
+        return self
+
+
 def _replay(steps, prefix, t, remaining):
     """Generation ``t`` run with every remaining retained choice offered (unused ones are fine)."""
     constraints = {**remaining, **steps.observations(t)}
@@ -133,20 +155,21 @@ class _UnfoldSplice:
                 and unfold.gen_fn == self.unfold.gen_fn and len(unfold) == (n_steps or self.t)
                 and values_equal(tuple(unfold.args[1:]), tuple(self.unfold.args[1:])))
 
-    def batch_weights(self, batch):
-        """:meth:`weight` of every particle of a :class:`~.generations.BatchedGeneration` in one
-        batched re-run of step ``t``, or None (then ask :meth:`weight` per particle)."""
-        shape = batch.shape
+    def batch_weights(self, joined):
+        """:meth:`weight` of the particles after the retained one in ``joined`` (a
+        :class:`~.generations.Joined`) in one batched re-run of step ``t``, or None (then ask
+        :meth:`weight` per particle)."""
+        shape = joined.batch.shape
         if len(shape.before) != len(self.before) or any(
                 a != b or r is not q for (a, r), (b, q) in zip(shape.before.items(), self.before)) \
                 or shape.unfold != self.unfold.gen_fn or int(shape.unfold_args[0]) != self.t \
                 or not values_equal(tuple(shape.unfold_args[1:]), tuple(self.unfold.args[1:])):
             return None
         try:
-            states, _ = batch.states(None)
+            states, _ = joined.states(None)
         except NotBatchable:
             return None
-        deltas = None if states is None else restep_batch(self.unfold.subtraces[self.t], states)
+        deltas = None if states is None else restep_batch(self.unfold.subtraces[self.t], states[1:])
         return None if deltas is None else self.offset + deltas
 
     def weight(self, trace):
@@ -177,7 +200,7 @@ def ancestor_log_weights(steps, traces, log_weights, t, suffix, full=None, fast=
     get_suffix = suffix if callable(suffix) else (lambda: suffix)
     particles = enumerate(traces)
     if splice is not None and isinstance(traces, Joined):
-        batched = splice.batch_weights(traces.batch)
+        batched = splice.batch_weights(traces)
         if batched is not None:     # the others at once; the retained particle below
             rest = log_weights[1:]
             weights[1:] = np.where(rest == _NEG_INF, _NEG_INF, rest + batched)
@@ -302,8 +325,10 @@ class PG(Kernel):
         k = int(resample(log_weights, 1, "multinomial")[0])
         new = traces[k]
         self.last_sweep.chosen = k
-        # the returned trace is the reference itself: the next sweep may reuse its generations
-        self._cache = (new, reference) if k == 0 and not switches else (None, None)
+        # the next sweep starts from ``new``: its generations are this sweep's genealogy
+        if k != 0 or switches:
+            reference = Reference.from_sweep(self.steps, self.last_sweep, k)
+        self._cache = (new, reference)
         return new, (k != 0 or switches > 0)
 
 

@@ -16,10 +16,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ...core.values import values_equal
 from ...modeling.combinators import UnfoldTrace, last_unfold
 from ...modeling.trace import CallRecord, ChoiceRecord, DynamicTrace
-from .batched import NotBatchable, _StepBatch, owned_args, probe, real_parents_shape, returned_site, run_step
+from .batched import NotBatchable, _same_values, _StepBatch, owned_args, probe, real_parents_shape, returned_site, run_step
 from .steps import extend
 
 __all__ = ["Batcher", "BatchedGeneration", "Joined"]
@@ -154,6 +153,7 @@ class Joined(Sequence):
 
     def __init__(self, first, batch):
         self.first, self.batch = first, batch
+        self._every = None      # every particle's state, (n, ...): PGAS's ancestor weights use it too
 
     def __len__(self):
         return 1 + len(self.batch)
@@ -169,6 +169,14 @@ class Joined(Sequence):
 
     def states(self, ancestors):
         """As :meth:`BatchedGeneration.states`, index 0 being the retained particle's state."""
+        if self._every is None:
+            self._every = self._states()
+        every, shared = self._every
+        if every is None or ancestors is None:
+            return (None if every is None else every.clone()), shared
+        return torch.from_numpy(every.numpy()[np.asarray(ancestors, dtype=np.int64)]), None
+
+    def _states(self):
         rest, shared = self.batch.states(None)
         state = _last_state(self.first)
         if rest is None:
@@ -177,10 +185,9 @@ class Joined(Sequence):
             raise NotBatchable("the retained particle's state differs from the others'")
         if type(state) is not torch.Tensor or state.dtype != rest.dtype or state.shape != rest.shape[1:]:
             raise NotBatchable("the retained particle's state is not a tensor like the others'")
-        every = torch.cat([state.detach().reshape((1,) + tuple(state.shape)), rest])
-        if ancestors is None:
-            return every, None
-        return every[torch.from_numpy(np.asarray(ancestors, dtype=np.int64))], None
+        if state.requires_grad or rest.requires_grad:
+            raise NotBatchable("a state is differentiable")
+        return torch.cat([state.reshape((1,) + tuple(state.shape)), rest]), None
 
 
 def _last_state(trace):
@@ -245,7 +252,7 @@ class Batcher:
             before, previous = shape.before, (shape.args, shape.unfold_args)
             mine = real_parents_shape([parents.first], self.site)
             if len(mine[0]) != len(before) or any(before.get(a) is not r for a, r in mine[0].items()) \
-                    or not values_equal(mine[1], shape.args) or not values_equal(mine[2][1:], shape.unfold_args[1:]):
+                    or not _same_values(mine[1], shape.args) or not _same_values(mine[2][1:], shape.unfold_args[1:]):
                 raise NotBatchable("the retained particle differs from the others before its Unfold")
         else:
             used = [parents[a] for a in (range(len(parents)) if ancestors is None else np.unique(ancestors))]
