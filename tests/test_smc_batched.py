@@ -243,3 +243,26 @@ def test_pgas_reads_the_next_reference_from_its_sweep():
                 assert read.prefixes[t].score == pytest.approx(replayed.prefixes[t].score, abs=1e-12)
         chains[batch] = seen
     assert chains[True] == chains[False]
+
+
+@gen
+def vector_mean_step(t, x_prev):
+    """A shared 10-vector as a scalar normal's mean: invalid for one particle; with 10
+    particles it must not be read as one mean per particle."""
+    x = normal(torch.zeros(10, dtype=torch.float64), 1.0) @ "x"
+    normal(x, 0.5) @ "y"
+    return x
+
+
+@gen
+def vector_mean_chain(T):
+    return Unfold(vector_mean_step)(T, 0.0) @ "states"
+
+
+def test_a_shared_vector_parameter_is_not_taken_for_a_batch():
+    from imcmc_lab.errors import DistributionError
+    steps = il.Steps(vector_mean_chain, args=lambda t: (t + 1,), observations=lambda t: {("states", t, "y"): 0.1},
+                     n=3)
+    for batch in (False, True):
+        with pytest.raises(DistributionError, match=r"mean must be a scalar"):
+            il.smc(steps, 10, batch=batch)

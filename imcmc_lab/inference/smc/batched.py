@@ -241,6 +241,10 @@ class _StepBatch:
             raw.append(u)
         n = self.n
         with vmapped.outside():
+            if any(not b and isinstance(v, torch.Tensor) and v.ndim for v, b in raw):
+                # a shared vector must not pass for a batch: check one particle's shapes
+                if type(dist)(*[v[0] if b else v for v, b in raw]).check_params() is not None:
+                    raise NotBatchable(f"invalid parameters at {address!r}")
             batch = type(dist)(*[v for v, _ in raw])
             if batch.batch_problem() is not None:
                 raise NotBatchable(f"invalid parameters at {address!r}")
