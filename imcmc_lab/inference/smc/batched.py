@@ -224,10 +224,11 @@ class BatchRecord:
 class _StepBatch:
     """The handler of a batched kernel body: ``dist @ address`` draws or scores all particles."""
 
-    __slots__ = ("level", "n", "constraints", "records", "addresses", "wrappers", "handed", "may_draw")
+    __slots__ = ("level", "n", "constraints", "records", "addresses", "wrappers", "handed", "may_draw", "given")
 
-    def __init__(self, n, constraints, may_draw=True):
-        self.level, self.n, self.constraints, self.may_draw = None, n, constraints, may_draw
+    def __init__(self, n, constraints, may_draw=True, given=None):
+        # ``given``: values of particle 0's choices that the others draw (conditional SMC)
+        self.level, self.n, self.constraints, self.may_draw, self.given = None, n, constraints, may_draw, given
         self.records, self.addresses, self.wrappers, self.handed = [], set(), {}, []
 
     def choice(self, address, dist, line):
@@ -251,7 +252,12 @@ class _StepBatch:
             constrained = address in self.constraints
             if not (constrained or self.may_draw):
                 raise NotBatchable(f"the step would draw {address!r}")
-            value = batch.coerce(self.constraints[address]) if constrained else batch.sample_batch(n)
+            if constrained:
+                value = batch.coerce(self.constraints[address])
+            elif self.given is not None and address in self.given:
+                value = self._given_first(dist, raw, batch, address)
+            else:
+                value = batch.sample_batch(n)
             logpdf = batch.batch_log_prob(value)          # NaN: checked in StepBatch
             if logpdf.shape != (n,):
                 logpdf = np.broadcast_to(logpdf, (n,))
@@ -265,6 +271,16 @@ class _StepBatch:
         wrapped = self.level.wrap(handed)
         self.wrappers[id(wrapped)] = (wrapped, len(self.records) - 1)
         return wrapped
+
+    def _given_first(self, dist, raw, batch, address):
+        """Particle 0's given value, then the others' draws (as many draws as they make alone)."""
+        first = batch.coerce(self.given[address])
+        if self.n == 1:
+            return first.reshape((1,) + tuple(first.shape))
+        rest = type(dist)(*[v[1:] if b else v for v, b in raw]).sample_batch(self.n - 1)
+        if first.shape != rest.shape[1:] or first.dtype != rest.dtype:
+            raise NotBatchable(f"the retained value at {address!r} does not fit the batch")
+        return torch.cat([first.reshape((1,) + tuple(first.shape)), rest])
 
     def call(self, address, gen_fn, args, line):
         raise NotBatchable(f"the kernel calls {gen_fn.name} at {address!r}")
@@ -335,6 +351,8 @@ def run_step(handler, kernel, args, state):
         finally:
             pop_handler(saved)
         spec = handler.retval_spec(retval)
+    if handler.given is not None and not handler.addresses.issuperset(handler.given):
+        raise NotBatchable("a retained choice is not made by the step")
     if (state is not None and state._version != version) or any(v._version != k for v, k in handler.handed):
         raise NotBatchable("the kernel changed a value in place")
     return StepBatch(handler.records, spec, first=int(args[0]) == 0)

@@ -157,9 +157,9 @@ class _UnfoldSplice:
 
     def batch_weights(self, joined):
         """:meth:`weight` of the particles after the retained one in ``joined`` (a
-        :class:`~.generations.Joined`) in one batched re-run of step ``t``, or None (then ask
-        :meth:`weight` per particle)."""
-        shape = joined.batch.shape
+        :class:`~.generations.Joined` or a :class:`~.generations.BatchedGeneration`) in one
+        batched re-run of step ``t``, or None (then ask :meth:`weight` per particle)."""
+        shape = (joined.batch if isinstance(joined, Joined) else joined).shape
         if len(shape.before) != len(self.before) or any(
                 a != b or r is not q for (a, r), (b, q) in zip(shape.before.items(), self.before)) \
                 or shape.unfold != self.unfold.gen_fn or int(shape.unfold_args[0]) != self.t \
@@ -199,7 +199,7 @@ def ancestor_log_weights(steps, traces, log_weights, t, suffix, full=None, fast=
     by_difference = fast and full is not None and splice is None and full_score is None
     get_suffix = suffix if callable(suffix) else (lambda: suffix)
     particles = enumerate(traces)
-    if splice is not None and isinstance(traces, Joined):
+    if splice is not None and isinstance(traces, (Joined, BatchedGeneration)):
         batched = splice.batch_weights(traces)
         if batched is not None:     # the others at once; the retained particle below
             rest = log_weights[1:]
@@ -279,12 +279,13 @@ def conditional_smc(steps, n_particles, reference: Reference, ancestor_sampling,
                 else:
                     full_score = traces[a0].score + weights[a0] - log_weights[a0]
         if on_reference:
-            retained, w0 = reference.prefixes[t], reference.log_weights[t]
-        else:
-            e = extend(steps, traces[a0], t, reference.new[t])
-            retained, w0 = e.trace, e.log_weight
-        rest, increments = batcher.generation(traces, ancestors, t)
-        traces, log_weights = _joined(retained, rest), np.r_[w0, increments]
+            rest, increments = batcher.generation(traces, ancestors, t)
+            traces = _joined(reference.prefixes[t], rest)
+            log_weights = np.r_[reference.log_weights[t], increments]
+        else:       # the retained particle extends its new ancestor with its own choices
+            traces, log_weights = batcher.generation(traces, np.r_[a0, ancestors], t, given=reference.new[t])
+            if not isinstance(traces, BatchedGeneration):
+                traces = list(traces)
         if record is not None:
             record.history.append((traces, log_weights))
             record.ancestors.append(np.r_[a0, ancestors])

@@ -211,15 +211,18 @@ class Batcher:
         except NotBatchable as exc:
             self.note = str(exc)
 
-    def generation(self, parents, ancestors, t):
+    def generation(self, parents, ancestors, t, given=None):
         """``(particles, log-weight increments)`` of generation ``t``: particle ``i`` extends
-        ``parents[ancestors[i]]`` (``ancestors`` None: ``parents[i]``; ``parents`` None at t = 0)."""
+        ``parents[ancestors[i]]`` (``ancestors`` None: ``parents[i]``; ``parents`` None at t = 0).
+        ``given``: values of particle 0's new choices (conditional SMC's retained particle, as
+        ``extend``'s ``proposed``: their densities leave its weight as drawn ones do)."""
         drawn = None
         if self.note is None:
             handler = None
             try:
                 shape, kernel_args, state = self._plan(parents, ancestors, t)
-                handler = _StepBatch(self.n, self._constraints(t))
+                n = self.n if ancestors is None else len(ancestors)
+                handler = _StepBatch(n, self._constraints(t), given=self._step_values(given, t))
                 step = run_step(handler, shape.unfold.kernel, kernel_args, state)
             except Exception as exc:    # noqa: BLE001 - the per-particle run below redoes it
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -229,7 +232,17 @@ class Batcher:
                 self.batched.append(True)
                 return BatchedGeneration(t, parents, ancestors, shape, step), step.increments
         self.batched.append(False)
-        return self._per_particle(parents, ancestors, t, drawn)
+        return self._per_particle(parents, ancestors, t, drawn, given)
+
+    def _step_values(self, values, t):
+        """``values`` (full addresses) by their address inside step ``t``; NotBatchable if one
+        is not in that step."""
+        if not values:
+            return None
+        k, prefix = len(self.site), self.site + (t,)
+        if any(a[:k + 1] != prefix or len(a) <= k + 1 for a in values):
+            raise NotBatchable(f"a retained choice is not in step {t} of the Unfold")
+        return {a[k + 1:]: v for a, v in values.items()}
 
     def _constraints(self, t):
         site, k = self.site, len(self.site)
@@ -274,13 +287,15 @@ class Batcher:
             return torch.stack(states), None
         raise NotBatchable("the particles' states are not float64 tensors of one shape")
 
-    def _per_particle(self, parents, ancestors, t, drawn):
+    def _per_particle(self, parents, ancestors, t, drawn, given=None):
         """The per-particle runs; ``drawn``: values a failed batch drew, replayed as theirs."""
         index = range(self.n) if ancestors is None else ancestors
         prefix = (self.site or ()) + (t,)
         traces, increments = [], []
         for i, a in enumerate(index):
             proposed = {prefix + address: v[i].clone() for address, v in drawn.items()} if drawn else None
+            if i == 0 and given:
+                proposed = {**given, **(proposed or {})}
             extension = extend(self.steps, parents[a] if parents is not None else None, t, proposed)
             traces.append(extension.trace)
             increments.append(extension.log_weight)
