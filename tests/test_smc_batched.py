@@ -76,6 +76,12 @@ def test_every_batched_particle_is_its_per_particle_extension():
             assert e.log_weight == pytest.approx(log_weights[i] - previous[i], abs=1e-12)
             assert e.trace.score == pytest.approx(traces[i].score, abs=1e-12)
             assert e.trace.args == traces[i].args
+            # what PGAS reads of a batched particle without building its trace
+            assert traces.score(i) == traces[i].score
+            before, site, view = traces.site(i)
+            real = _unfold(traces[i])
+            assert site == ("states",) and before == [] and len(view) == len(real) == t + 1
+            assert view.args == real.args and torch.equal(view.retval[-1], real.retval[-1])
             assert sq.linear_gaussian.assess(traces[i].args, traces[i].get_choices()) == \
                 pytest.approx(traces[i].score, abs=1e-12)
     # particles share the step traces of their common ancestors, as per-particle runs do

@@ -137,15 +137,16 @@ class _UnfoldSplice:
     ``log gamma_N`` of the retained trajectory. Particles outside these conditions get None
     (the caller scores them by ``update``)."""
 
-    def __init__(self, retained, full, t, full_score):
+    def __init__(self, mine, retained_score, full, t, full_score):
+        # mine: last_unfold of the retained particle's trace, retained_score: that trace's score
         self.t, self.ok = t, False
-        mine, theirs = last_unfold(retained), last_unfold(full)
+        theirs = last_unfold(full)
         if mine is None or theirs is None or mine[1] != theirs[1] or len(theirs[2]) <= t:
             return
         self.before, self.unfold = mine[0], theirs[2]
         if not self._agrees(mine) or not self._agrees(theirs, len(theirs[2])):
             return
-        self.offset = full_score - retained.score
+        self.offset = full_score - retained_score
         self.ok = restep(self.unfold, t, mine[2].retval[-1]) == 0.0
 
     def _agrees(self, site, n_steps=None):
@@ -174,11 +175,30 @@ class _UnfoldSplice:
 
     def weight(self, trace):
         """``log gamma_N(trace + x') - log gamma_{t-1}(trace)``, or None (see the class docstring)."""
-        site = last_unfold(trace)
+        return self.site_weight(last_unfold(trace))
+
+    def site_weight(self, site):
+        """:meth:`weight` of the trace whose ``last_unfold`` is ``site``."""
         if site is None or not self._agrees(site):
             return None
         delta = restep(self.unfold, self.t, site[2].retval[-1])
         return None if delta is None else self.offset + delta
+
+
+def _site_and_score(traces, i):
+    """``(last_unfold(traces[i]), traces[i].score)``, without building a batched particle's trace."""
+    if isinstance(traces, Joined):
+        if i:
+            return _site_and_score(traces.batch, i - 1)
+        traces, i = [traces.first], 0
+    return (traces.site(i) if isinstance(traces, BatchedGeneration) else last_unfold(traces[i])), _score(traces, i)
+
+
+def _score(traces, i):
+    """``traces[i].score``, without building a batched particle's trace."""
+    if isinstance(traces, Joined):
+        traces, i = ([traces.first], 0) if i == 0 else (traces.batch, i - 1)
+    return traces.score(i) if isinstance(traces, BatchedGeneration) else traces[i].score
 
 
 def ancestor_log_weights(steps, traces, log_weights, t, suffix, full=None, fast=True, full_score=None):
@@ -192,7 +212,7 @@ def ancestor_log_weights(steps, traces, log_weights, t, suffix, full=None, fast=
     general form. Returns (weights, spliced traces); a spliced trace is None where the fast
     ``Unfold`` path scored the particle."""
     weights, spliced = np.full(len(traces), _NEG_INF), [None] * len(traces)
-    splice = _UnfoldSplice(traces[0], full, t, full.score if full_score is None else full_score) \
+    splice = _UnfoldSplice(*_site_and_score(traces, 0), full, t, full.score if full_score is None else full_score) \
         if fast and full is not None else None
     splice = splice if splice is not None and splice.ok else None
     # updating ``full`` where a particle differs needs ``full`` itself, not only its score
@@ -204,6 +224,10 @@ def ancestor_log_weights(steps, traces, log_weights, t, suffix, full=None, fast=
         if batched is not None:     # the others at once; the retained particle below
             rest = log_weights[1:]
             weights[1:] = np.where(rest == _NEG_INF, _NEG_INF, rest + batched)
+            w = splice.site_weight(_site_and_score(traces, 0)[0]) if log_weights[0] != _NEG_INF else None
+            if w is not None or log_weights[0] == _NEG_INF:
+                weights[0] = log_weights[0] + w if w is not None else _NEG_INF
+                return weights, spliced
             particles = [(0, traces[0])]
     for l, trace in particles:
         if log_weights[l] == _NEG_INF:
@@ -277,7 +301,7 @@ def conditional_smc(steps, n_particles, reference: Reference, ancestor_sampling,
                 if spliced[a0] is not None:
                     full, full_score = spliced[a0], None
                 else:
-                    full_score = traces[a0].score + weights[a0] - log_weights[a0]
+                    full_score = _score(traces, a0) + weights[a0] - log_weights[a0]
         if on_reference:
             rest, increments = batcher.generation(traces, ancestors, t)
             traces = _joined(reference.prefixes[t], rest)

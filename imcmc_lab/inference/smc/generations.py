@@ -21,7 +21,7 @@ from ...modeling.trace import CallRecord, ChoiceRecord, DynamicTrace
 from .batched import NotBatchable, _same_values, _StepBatch, owned_args, probe, real_parents_shape, returned_site, run_step
 from .steps import extend
 
-__all__ = ["Batcher", "BatchedGeneration", "Joined"]
+__all__ = ["Batcher", "BatchedGeneration", "Joined", "UnfoldView"]
 
 _LOGPDF = operator.attrgetter("logpdf")
 
@@ -44,7 +44,7 @@ class BatchedGeneration(Sequence):
     def __init__(self, t, parent, ancestors, shape, step):
         self.t, self.parent, self.ancestors, self.shape, self.step = t, parent, ancestors, shape, step
         self.n = len(step.increments)
-        self._traces, self._steps = {}, {}
+        self._traces, self._steps, self._unfold_scores = {}, {}, None
 
     def __len__(self):
         return self.n
@@ -84,6 +84,39 @@ class BatchedGeneration(Sequence):
         if storage.requires_grad:
             return storage[torch.from_numpy(index)], None
         return torch.from_numpy(storage.numpy()[index]), None      # NumPy's gather: a fifth of torch's cost
+
+    # -- what a particle's trace would say, without building it -------------------------
+    def unfold_scores(self):
+        """The score of every particle's ``Unfold`` (as its trace would have it), cached."""
+        chain, g = [], self
+        while isinstance(g, BatchedGeneration) and g._unfold_scores is None:
+            chain.append(g)
+            g = g.parent
+        for g in reversed(chain):
+            parent, base = g.parent, None
+            if isinstance(parent, BatchedGeneration):
+                base = parent._unfold_scores
+            elif isinstance(parent, Joined):
+                base = np.r_[last_unfold(parent.first)[2].score, parent.batch.unfold_scores()]
+            elif parent is not None:
+                base = np.array([last_unfold(tr)[2].score for tr in parent], dtype=np.float64)
+            if base is None:        # generation 0: the step's score, as Unfold sums one step
+                g._unfold_scores = np.array(g.step.scores, dtype=np.float64)
+            else:                   # the parent's plus the step's, as Unfold adds them
+                index = np.arange(g.n) if g.ancestors is None else np.asarray(g.ancestors, dtype=np.int64)
+                g._unfold_scores = base[index] + g.step.scores
+        return self._unfold_scores
+
+    def score(self, i):
+        """Particle ``i``'s score (``self[i].score``, without building the trace)."""
+        return sum(map(_LOGPDF, self.shape.before.values()), 0.0) + float(self.unfold_scores()[i])
+
+    def site(self, i):
+        """``last_unfold(self[i])`` without building the trace: the records before the Unfold,
+        its address and an :class:`UnfoldView` of particle ``i``'s Unfold."""
+        kind, what = self.step.retval
+        state = what if kind == "shared" else (self.step.records[what].value if kind == "record" else what)[i]
+        return list(self.shape.before.items()), self.shape.site, UnfoldView(self.shape, state)
 
     # -- building a particle's trace -------------------------------------------------
     def _build(self, i):
@@ -145,6 +178,19 @@ class BatchedGeneration(Sequence):
 
     def __repr__(self):
         return f"<BatchedGeneration {self.t}: {self.n} particles, {len(self._traces)} built>"
+
+
+class UnfoldView:
+    """What ``Unfold`` comparisons read of a batched particle's Unfold trace: ``gen_fn``,
+    ``args``, its number of steps (``len``) and its last state (``retval[-1]``)."""
+
+    __slots__ = ("gen_fn", "args", "retval")
+
+    def __init__(self, shape, state):
+        self.gen_fn, self.args, self.retval = shape.unfold, shape.unfold_args, (state,)
+
+    def __len__(self):
+        return int(self.args[0])
 
 
 class Joined(Sequence):
