@@ -239,32 +239,7 @@ class Distribution:
         """:meth:`check_params` for parameters with a leading batch dimension (``batchable``
         classes): ``None``, or ``(i, sentence)`` for the first particle ``i`` whose parameters
         are invalid, worded as :meth:`check_params` words it for that particle alone."""
-        batched = []
-        for name, constraint in self._param_checks:
-            p = getattr(self, name)
-            if isinstance(p, torch.Tensor) and p.ndim == constraint.event_dim + 1:
-                batched.append((name, constraint, p))
-                continue
-            problem = constraint.problem(name, p)
-            if problem is not None:
-                return 0, problem
-        for name, constraint, p in batched:
-            holds = getattr(constraint, "holds_elementwise", None)
-            if holds is not None and p.ndim == 1:
-                view = numpy_views(p)
-                ok = np.asarray(holds(view[0] if view is not None else p))
-                if ok.all():
-                    continue
-                i = int(np.flatnonzero(~ok)[0])
-                return i, constraint.problem(name, p[i])
-            for i in range(p.shape[0]):
-                problem = constraint.problem(name, p[i])
-                if problem is not None:
-                    return i, problem
-        if type(self).check_relations is not Distribution.check_relations:
-            raise TypeError(f"{self.name}: batch_problem does not check relations between batched "
-                            f"parameters; override it")
-        return None
+        return _batch_problem(self)
 
     def logpdf(self, value) -> float:
         """``log_prob(value).item()`` without the tensor where a fast path applies: the
@@ -324,3 +299,33 @@ def as_int_value(value, name):
     if isinstance(value, numbers.Integral):
         return int(value)
     raise ValueError(f"{name} is discrete: its values are integers, got {value!r}")
+
+
+def _batch_problem(dist):
+    """:meth:`Distribution.batch_problem`."""
+    batched = []
+    for name, constraint in dist._param_checks:
+        p = getattr(dist, name)
+        if isinstance(p, torch.Tensor) and p.ndim == constraint.event_dim + 1:
+            batched.append((name, constraint, p))
+            continue
+        problem = constraint.problem(name, p)
+        if problem is not None:
+            return 0, problem
+    for name, constraint, p in batched:
+        holds = getattr(constraint, "holds_elementwise", None)
+        if holds is not None and p.ndim == 1:
+            view = numpy_views(p)
+            ok = np.asarray(holds(view[0] if view is not None else p))
+            if ok.all():
+                continue
+            i = int(np.flatnonzero(~ok)[0])
+            return i, constraint.problem(name, p[i])
+        for i in range(p.shape[0]):
+            problem = constraint.problem(name, p[i])
+            if problem is not None:
+                return i, problem
+    if type(dist).check_relations is not Distribution.check_relations:
+        raise TypeError(f"{dist.name}: batch_problem does not check relations between batched "
+                        f"parameters; override it")
+    return None

@@ -212,8 +212,9 @@ def ancestor_log_weights(steps, traces, log_weights, t, suffix, full=None, fast=
     general form. Returns (weights, spliced traces); a spliced trace is None where the fast
     ``Unfold`` path scored the particle."""
     weights, spliced = np.full(len(traces), _NEG_INF), [None] * len(traces)
-    splice = _UnfoldSplice(*_site_and_score(traces, 0), full, t, full.score if full_score is None else full_score) \
-        if fast and full is not None else None
+    mine = _site_and_score(traces, 0) if fast and full is not None else None
+    splice = _UnfoldSplice(*mine, full, t, full.score if full_score is None else full_score) \
+        if mine is not None else None
     splice = splice if splice is not None and splice.ok else None
     # updating ``full`` where a particle differs needs ``full`` itself, not only its score
     by_difference = fast and full is not None and splice is None and full_score is None
@@ -224,7 +225,7 @@ def ancestor_log_weights(steps, traces, log_weights, t, suffix, full=None, fast=
         if batched is not None:     # the others at once; the retained particle below
             rest = log_weights[1:]
             weights[1:] = np.where(rest == _NEG_INF, _NEG_INF, rest + batched)
-            w = splice.site_weight(_site_and_score(traces, 0)[0]) if log_weights[0] != _NEG_INF else None
+            w = splice.site_weight(mine[0]) if log_weights[0] != _NEG_INF else None
             if w is not None or log_weights[0] == _NEG_INF:
                 weights[0] = log_weights[0] + w if w is not None else _NEG_INF
                 return weights, spliced
