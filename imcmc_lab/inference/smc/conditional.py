@@ -67,18 +67,31 @@ class Reference:
         incremental weight (conditional SMC resamples every generation)."""
         self = cls.__new__(cls)
         n = steps.n
-        self.prefixes, self.log_weights = [None] * n, [None] * n
-        for t in range(n - 1, -1, -1):
-            traces, log_weights = record.history[t]
-            self.prefixes[t], self.log_weights[t] = traces[k], float(log_weights[k])
-            if t:
-                k = int(record.ancestors[t][k])
-        self.new, before = [], {}
-        for t, prefix in enumerate(self.prefixes):
-            flat, observed = prefix.flat_records(), steps.observations(t)
-            self.new.append({a: r.value for a, r in flat.items() if a not in before and a not in observed})
-            before = flat
+        index = [k] * n
+        for t in range(n - 1, 0, -1):
+            index[t - 1] = int(record.ancestors[t][index[t]])
+        # built oldest first: each particle's trace then extends the one built just before
+        self.prefixes = [record.history[t][0][index[t]] for t in range(n)]
+        self.log_weights = [float(record.history[t][1][index[t]]) for t in range(n)]
+        self.new = [_new_choices(steps, t, self.prefixes[t - 1] if t else None, self.prefixes[t])
+                    for t in range(n)]
         return self
+
+
+def _new_choices(steps, t, before, trace):
+    """``{address: value}`` of the unobserved choices ``trace`` (generation ``t``) made that
+    ``before`` (generation ``t - 1``) did not: for an Unfold grown by one step, that step's."""
+    observed = steps.observations(t)
+    mine, theirs = last_unfold(trace), last_unfold(before) if before is not None else None
+    if mine is not None and theirs is not None and mine[1] == theirs[1] \
+            and len(mine[2]) == len(theirs[2]) + 1 and len(mine[0]) == len(theirs[0]) \
+            and all(a == b and r is q for (a, r), (b, q) in zip(mine[0], theirs[0])) \
+            and all(a is b for a, b in zip(mine[2].subtraces, theirs[2].subtraces)):
+        prefix = mine[1] + (len(theirs[2]),)
+        return {prefix + a: r.value for a, r in mine[2].subtraces[-1].flat_records().items()
+                if prefix + a not in observed}
+    known = before.flat_records() if before is not None else {}
+    return {a: r.value for a, r in trace.flat_records().items() if a not in known and a not in observed}
 
 
 def _replay(steps, prefix, t, remaining):
