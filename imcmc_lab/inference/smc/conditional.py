@@ -24,7 +24,8 @@ from ...core.values import values_equal
 from ...errors import ConstraintError
 from ...modeling.combinators import last_unfold, restep
 from ..kernels import Kernel
-from .resampling import effective_sample_size, log_sum_exp, resample
+from .resampling import (effective_sample_size, log_sum_exp, log_sum_exp_and_ess, normalized_weights, resample,
+                         resample_weights)
 from .batched import NotBatchable, restep_batch
 from .generations import Batcher, BatchedGeneration, Joined
 from .steps import Steps, extend
@@ -283,6 +284,12 @@ class SweepRecord:
         return [effective_sample_size(w) for _, w in self.history]
 
 
+def _multinomial(log_weights, n):
+    """``resample(log_weights, n, "multinomial")`` with one ``exp`` pass for the weights."""
+    weights = log_sum_exp_and_ess(log_weights)[2]
+    return resample_weights(normalized_weights(log_weights) if weights is None else weights, n, "multinomial")
+
+
 def _joined(first, rest):
     """The retained particle's trace, then the others (a batched generation or a list)."""
     return Joined(first, rest) if isinstance(rest, BatchedGeneration) else [first] + list(rest)
@@ -304,12 +311,12 @@ def conditional_smc(steps, n_particles, reference: Reference, ancestor_sampling,
     if record is not None:
         record.history.append((traces, log_weights))
     for t in range(1, n):
-        ancestors = resample(log_weights, n_particles - 1, "multinomial")
+        ancestors = _multinomial(log_weights, n_particles - 1)
         a0 = 0
         if ancestor_sampling:
             suffix = _suffix_maker(steps, reference, t)
             weights, spliced = ancestor_log_weights(steps, traces, log_weights, t, suffix, full, fast, full_score)
-            a0 = int(resample(weights, 1, "multinomial")[0])
+            a0 = int(_multinomial(weights, 1)[0])
             if a0 != 0:
                 on_reference, switches = False, switches + 1
                 if spliced[a0] is not None:
