@@ -15,8 +15,9 @@ Model: the linear-Gaussian state-space model of :mod:`imcmc_lab.examples.sequent
    and under conditional SMC (PG), 10 particles, same start.
 
 Times are process CPU times with torch pinned to one thread, after one small untimed warm-up
-run of each algorithm; the load average is printed at the start and the end. Ratios are what
-to read: the absolute numbers depend on how loaded the machine is.
+run of each algorithm; engine and reference are timed in alternated rounds (best rate of each,
+median of the per-round ratios); the load average is printed at the start and the end. Ratios
+are what to read: the absolute numbers depend on how loaded the machine is.
 
 Run: ``python benchmarks/smc.py`` (a few minutes), or ``--quick`` (T = 20, fewer sweeps).
 """
@@ -102,28 +103,51 @@ def _cpu(fn, repeats):
     return (time.process_time() - began) / repeats, out
 
 
-def _rate_columns(n, T, engine_s, numpy_s):
-    return f"{n:>9} {n * T / engine_s:>15,.0f} {n * T / numpy_s:>14,.0f} {numpy_s / engine_s:>12.2%}"
+def _pairs(first, second, rounds):
+    """Alternated timings of two ``(fn, repeats)``: ``(best first, best second, median of the
+    per-round ratios second/first, first's last output)`` in CPU seconds per call."""
+    a_times, b_times, ratios = [], [], []
+    for _ in range(rounds):
+        a, out = _cpu(*first)
+        b, _ = _cpu(*second)
+        a_times.append(a)
+        b_times.append(b)
+        ratios.append(b / a)
+    return min(a_times), min(b_times), float(np.median(ratios)), out
+
+
+def _rate_columns(n, T, engine_s, numpy_s, ratio):
+    return f"{n:>9} {n * T / engine_s:>15,.0f} {n * T / numpy_s:>14,.0f} {ratio:>12.2%}"
 
 
 RATE_HEADER = f"{'particles':>9} {'engine steps/s':>15} {'numpy steps/s':>14} {'engine/numpy':>13}"
 
 
-def smc_rows(ys, counts):
+def smc_rows(ys, counts, rounds):
     steps, T = sq.linear_gaussian_steps(ys), len(ys)
     rng = np.random.default_rng(0)
-    print(f"\n1. SMC, T = {T} (Kalman log Z {kalman(ys)[0]:.3f})")
-    print(f"{RATE_HEADER} {'log Z engine':>13} {'log Z numpy':>12}")
+    print(f"\n1. SMC, T = {T} (Kalman log Z {kalman(ys)[0]:.3f}); {rounds} alternated rounds, best "
+          f"rates, median ratio; last column: the per-particle path (batch=False), one run")
+    print(f"{RATE_HEADER} {'log Z engine':>13} {'log Z numpy':>12} {'per-particle steps/s':>21}")
     for n in counts:
-        engine_s, state = _cpu(lambda: il.smc(steps, n), max(1, 300 // n))
-        numpy_s, log_z = _cpu(lambda: numpy_smc(ys, n, rng), max(3, 3000 // n))
-        print(f"{_rate_columns(n, T, engine_s, numpy_s)} {state.log_ml:>13.3f} {log_z:>12.3f}")
+        engine_s, numpy_s, ratio, state = _pairs((lambda: il.smc(steps, n), max(1, 100 // n)),
+                                                 (lambda: numpy_smc(ys, n, rng), max(3, 1000 // n)), rounds)
+        slow = ""
+        if n <= 100:
+            slow_s, _ = _cpu(lambda: il.smc(steps, n, batch=False), 1)
+            slow = f"{n * T / slow_s:,.0f}"
+        print(f"{_rate_columns(n, T, engine_s, numpy_s, ratio)} {state.log_ml:>13.3f} "
+              f"{_numpy_log_z(ys, n, rng):>12.3f} {slow:>21}")
 
 
-def pgas_rows(ys, counts, sweeps):
+def _numpy_log_z(ys, n, rng):
+    return numpy_smc(ys, n, rng)
+
+
+def pgas_rows(ys, counts, sweeps, rounds):
     steps, T = sq.linear_gaussian_steps(ys), len(ys)
     rng = np.random.default_rng(1)
-    print(f"\n2. PGAS sweep, T = {T}")
+    print(f"\n2. PGAS sweep, T = {T}; {rounds} alternated rounds (PGAS sweeps, SMC sweeps, NumPy)")
     print(f"{RATE_HEADER} {'PGAS/SMC sweep':>15}")
     for n in counts:
         trace = il.smc(steps, n).sample()
@@ -132,11 +156,12 @@ def pgas_rows(ys, counts, sweeps):
         def sweep():
             nonlocal trace
             trace, _ = kernel.step(trace)
-        engine_s, _ = _cpu(sweep, sweeps)
-        smc_s, _ = _cpu(lambda: il.smc(steps, n, ess_threshold=1.0), sweeps)
+        engine_s, smc_s, ratio, _ = _pairs((sweep, sweeps), (lambda: il.smc(steps, n, ess_threshold=1.0), sweeps),
+                                           rounds)
         retained = np.array([float(trace["states", t, "x"]) for t in range(T)])
-        numpy_s, _ = _cpu(lambda: numpy_pgas(np.asarray(ys), n, retained, rng), max(3, 1000 // n))
-        print(f"{_rate_columns(n, T, engine_s, numpy_s)} {engine_s / smc_s:>14.2f}x")
+        numpy_s, _ = min(_cpu(lambda: numpy_pgas(np.asarray(ys), n, retained, rng), max(3, 1000 // n))
+                         for _ in range(rounds))
+        print(f"{_rate_columns(n, T, engine_s, numpy_s, numpy_s / engine_s)} {1 / ratio:>14.2f}x")
 
 
 def lds_rates(T, sweeps):
@@ -168,8 +193,9 @@ def main(argv=None):
     print(f"load average {_load()} (start)")
     _, ys = sq.simulate_linear_gaussian(T)
     _warm_up(ys)
-    smc_rows(ys, (10, 100, 1000))
-    pgas_rows(ys, (10, 100) if args.quick else (10, 100, 1000), 2 if args.quick else 3)
+    rounds = 3 if args.quick else 7
+    smc_rows(ys, (10, 100, 1000), rounds)
+    pgas_rows(ys, (10, 100) if args.quick else (10, 100, 1000), 2 if args.quick else 3, rounds)
     lds_rates(args.lds_T or (10 if args.quick else 25), 20 if args.quick else 40)
     print(f"\nload average {_load()} (end)")
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
 import torch
 
 from ..effects import visit_choice
 from ..values import DTYPE, as_real, format_value, values_equal
-from ._arith import NEG_INF, scalar
+from ._arith import NEG_INF, numpy_views, scalar
 from .reference import NoReferenceMap
 
 __all__ = ["Distribution", "as_param", "as_integer_param", "where_support", "is_integer_valued", "simplex_float64"]
@@ -124,6 +125,13 @@ class Distribution:
     arg_constraints: dict = {}
     __slots__ = ("raw_args", "event_shape")
 
+    #: True if the class draws and scores a batch of parameter sets at once (SMC runs a
+    #: generation of particles as one batch): each parameter is as usual or has one extra
+    #: leading dimension of length ``n``, and :meth:`sample_batch`, :meth:`batch_problem`
+    #: and :meth:`batch_log_prob` treat entry ``i`` of that dimension as particle ``i``'s
+    #: own distribution. Declare it only for a class where that holds.
+    batchable: bool = False
+
     _param_checks = ()
     #: argument tuples of Python numbers whose parameters passed :meth:`check_params`
     _valid_numbers = frozenset()
@@ -216,6 +224,23 @@ class Distribution:
             self._valid_numbers.add(raw)
         return problem
 
+    def sample_batch(self, n: int) -> torch.Tensor:
+        """``batchable`` classes: ``n`` values, shape ``(n,) + event_shape``, value ``i`` drawn
+        from the distribution with the parameters' entry ``i`` (or the shared parameter)."""
+        raise NotImplementedError
+
+    def batch_log_prob(self, value) -> np.ndarray:
+        """``batchable`` classes: the log-densities of a batch (``value`` batched or shared) as
+        a float64 NumPy array of shape ``(n,)`` or ``()``, outside autograd."""
+        with torch.no_grad():
+            return self.log_prob(value).numpy()
+
+    def batch_problem(self):
+        """:meth:`check_params` for parameters with a leading batch dimension (``batchable``
+        classes): ``None``, or ``(i, sentence)`` for the first particle ``i`` whose parameters
+        are invalid, worded as :meth:`check_params` words it for that particle alone."""
+        return _batch_problem(self)
+
     def logpdf(self, value) -> float:
         """``log_prob(value).item()`` without the tensor where a fast path applies: the
         log-density a trace stores (the engine calls it outside autograd)."""
@@ -274,3 +299,33 @@ def as_int_value(value, name):
     if isinstance(value, numbers.Integral):
         return int(value)
     raise ValueError(f"{name} is discrete: its values are integers, got {value!r}")
+
+
+def _batch_problem(dist):
+    """:meth:`Distribution.batch_problem`."""
+    batched = []
+    for name, constraint in dist._param_checks:
+        p = getattr(dist, name)
+        if isinstance(p, torch.Tensor) and p.ndim == constraint.event_dim + 1:
+            batched.append((name, constraint, p))
+            continue
+        problem = constraint.problem(name, p)
+        if problem is not None:
+            return 0, problem
+    for name, constraint, p in batched:
+        holds = getattr(constraint, "holds_elementwise", None)
+        if holds is not None and p.ndim == 1:
+            view = numpy_views(p)
+            ok = np.asarray(holds(view[0] if view is not None else p))
+            if ok.all():
+                continue
+            i = int(np.flatnonzero(~ok)[0])
+            return i, constraint.problem(name, p[i])
+        for i in range(p.shape[0]):
+            problem = constraint.problem(name, p[i])
+            if problem is not None:
+                return i, problem
+    if type(dist).check_relations is not Distribution.check_relations:
+        raise TypeError(f"{dist.name}: batch_problem does not check relations between batched "
+                        f"parameters; override it")
+    return None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
 import torch
 
 from ._arith import PY_MAX_LEN
@@ -83,6 +84,13 @@ class Interval(Constraint):
         """One Python number (``False`` for a NaN)."""
         return (v > self.lo or (self.lo_closed and v == self.lo)) and \
             (v < self.hi or (self.hi_closed and v == self.hi))
+
+    def holds_elementwise(self, x: torch.Tensor) -> torch.Tensor:
+        """Whether each entry of ``x`` (a tensor or a NumPy array) lies in the interval (False
+        for NaN), as a bool array of the same kind."""
+        if self.lo == -math.inf and self.hi == math.inf and not (self.lo_closed or self.hi_closed):
+            return torch.isfinite(x) if isinstance(x, torch.Tensor) else np.isfinite(x)
+        return (x >= self.lo if self.lo_closed else x > self.lo) & (x <= self.hi if self.hi_closed else x < self.hi)
 
     def problem(self, name, value):
         # the common cases inlined (this runs for every parameter of every new choice)

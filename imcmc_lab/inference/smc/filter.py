@@ -17,8 +17,9 @@ from ...core.address import format_address, normalize_address
 from ...core.values import values_equal
 from ...errors import ConstraintError
 from ..kernels import as_kernel
-from .resampling import effective_sample_size, log_sum_exp, normalized_weights, resample
-from .steps import Steps, extend
+from .resampling import log_sum_exp_and_ess, normalized_weights, resample, resample_weights
+from .generations import Batcher, BatchedGeneration
+from .steps import Steps
 
 __all__ = ["ParticleState", "ParticleFilter", "smc"]
 
@@ -36,10 +37,13 @@ class ParticleState:
     """
 
     def __init__(self, traces, log_weights):
-        self.traces = list(traces)
+        # a batched generation builds a particle's trace when it is read (see .generations)
+        self.traces = traces if isinstance(traces, BatchedGeneration) else list(traces)
         self.log_weights = np.asarray(log_weights, dtype=np.float64)
-        self.log_ml = log_sum_exp(self.log_weights) - math.log(len(self.traces))
-        self.ess = [effective_sample_size(self.log_weights)]
+        # the log-weights' log-sum-exp and normalised weights, kept for the next generation
+        self._log_total, ess, self._normalized = log_sum_exp_and_ess(self.log_weights)
+        self.log_ml = self._log_total - math.log(len(self.traces))
+        self.ess = [ess]
         self.ancestors = [None]
         self.resampled = [False]
         self.history = [(self.traces, self.log_weights)]
@@ -56,10 +60,16 @@ class ParticleState:
 
     def mean(self, what):
         """Weighted mean of ``trace[address]`` or of ``what(trace)`` over the particles."""
-        fn = what if callable(what) else (lambda tr, a=normalize_address(what): tr[a])
-        values = [torch.as_tensor(fn(tr), dtype=torch.float64) for tr in self.traces]
+        batch = None
+        if not callable(what) and isinstance(self.traces, BatchedGeneration):
+            batch = self.traces.values(normalize_address(what))     # the batch's own storage
+        if batch is not None:
+            values = batch
+        else:
+            fn = what if callable(what) else (lambda tr, a=normalize_address(what): tr[a])
+            values = torch.stack([torch.as_tensor(fn(tr), dtype=torch.float64) for tr in self.traces])
         w = torch.as_tensor(self.weights)
-        return (torch.stack(values) * w.reshape((-1,) + (1,) * values[0].ndim)).sum(0)
+        return (values * w.reshape((-1,) + (1,) * (values.ndim - 1))).sum(0)
 
     def sample(self):
         """One trace drawn in proportion to the weights (an approximate posterior sample)."""
@@ -78,10 +88,14 @@ class ParticleFilter:
     when their ESS is below ``ess_threshold * n_particles`` (1.0: always; 0: never); after a
     resampling, each takes ``n_rejuvenate`` steps of the kernel ``rejuvenate`` (which must
     leave the current target invariant and never change an observed value).
+
+    ``batch`` (default True): run a generation of an ``Unfold`` state-space model as one
+    batched kernel run where that is provably the per-particle run (:mod:`.batched`);
+    ``batched`` lists, per generation, whether it did, and ``batch_note`` says why not.
     """
 
     def __init__(self, steps: Steps, n_particles: int, resample="systematic", ess_threshold=0.5,
-                 rejuvenate=None, n_rejuvenate=1):
+                 rejuvenate=None, n_rejuvenate=1, batch=True):
         if not isinstance(steps, Steps):
             raise TypeError(f"ParticleFilter needs an il.Steps(model, args=..., observations=..., n=...), "
                             f"got {type(steps).__name__}")
@@ -92,6 +106,17 @@ class ParticleFilter:
         self.rejuvenate = as_kernel(rejuvenate) if rejuvenate is not None else None
         self.n_rejuvenate = int(n_rejuvenate)
         self.state = None
+        self._batcher = Batcher(steps, self.n_particles, enabled=batch)
+
+    @property
+    def batched(self) -> list:
+        """Per generation so far: whether it ran as one batch."""
+        return self._batcher.batched
+
+    @property
+    def batch_note(self):
+        """Why generations ran per particle (None if every one so far was batched)."""
+        return self._batcher.note
 
     @property
     def done(self) -> bool:
@@ -102,30 +127,25 @@ class ParticleFilter:
         if self.done:
             raise RuntimeError(f"the particle filter has run all {self.steps.n} generations")
         if self.state is None:
-            extensions = [extend(self.steps, None, 0) for _ in range(self.n_particles)]
-            self.state = ParticleState([e.trace for e in extensions], [e.log_weight for e in extensions])
+            self.state = ParticleState(*self._batcher.generation(None, None, 0))
             return self.state
         state, t = self.state, self.state.generation + 1
-        previous = state.log_weights
-        ancestors = None
+        previous, previous_total = state.log_weights, state._log_total
+        parents, ancestors, index = state.traces, None, None
         if state.ess[-1] < self.ess_threshold * self.n_particles:
-            ancestors = resample(previous, self.n_particles, self.method)
-            state.traces = [state.traces[a] for a in ancestors]
-            previous = np.zeros(self.n_particles)
+            weights = state._normalized if state._normalized is not None else normalized_weights(previous)
+            ancestors = index = resample_weights(weights, self.n_particles, self.method)
+            previous, previous_total = np.zeros(self.n_particles), math.log(self.n_particles)
             if self.rejuvenate is not None:
-                state.traces = [self._rejuvenated(tr, t - 1) for tr in state.traces]
-        increments = []
-        for i, trace in enumerate(state.traces):
-            extension = extend(self.steps, trace, t)
-            state.traces[i] = extension.trace
-            increments.append(extension.log_weight)
-        state.log_weights = previous + np.asarray(increments)
-        state.log_ml += log_sum_exp(state.log_weights) - log_sum_exp(previous)
-        state.ess.append(effective_sample_size(state.log_weights)
-                         if log_sum_exp(state.log_weights) > -math.inf else 0.0)
+                parents, index = [self._rejuvenated(parents[a], t - 1) for a in ancestors], None
+        state.traces, increments = self._batcher.generation(parents, index, t)
+        state.log_weights = previous + increments
+        state._log_total, ess, state._normalized = log_sum_exp_and_ess(state.log_weights)
+        state.log_ml += state._log_total - previous_total
+        state.ess.append(ess)
         state.ancestors.append(ancestors if ancestors is not None else np.arange(self.n_particles))
         state.resampled.append(ancestors is not None)
-        state.history.append((list(state.traces), state.log_weights))
+        state.history.append((state.traces, state.log_weights))
         return state
 
     def run(self) -> ParticleState:
@@ -157,7 +177,8 @@ def _check_observed_kept(old, new, observed, name):
 
 
 def smc(steps: Steps, n_particles: int, resample="systematic", ess_threshold=0.5, rejuvenate=None,
-        n_rejuvenate=1) -> ParticleState:
+        n_rejuvenate=1, batch=True) -> ParticleState:
     """Run a particle filter over all generations of ``steps``; the final :class:`ParticleState`
-    (``.log_ml`` estimates the log marginal likelihood of all the observations)."""
-    return ParticleFilter(steps, n_particles, resample, ess_threshold, rejuvenate, n_rejuvenate).run()
+    (``.log_ml`` estimates the log marginal likelihood of all the observations). ``batch``: see
+    :class:`ParticleFilter`."""
+    return ParticleFilter(steps, n_particles, resample, ess_threshold, rejuvenate, n_rejuvenate, batch).run()

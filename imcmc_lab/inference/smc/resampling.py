@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["resample", "normalized_weights", "log_sum_exp", "effective_sample_size", "METHODS"]
+__all__ = ["resample", "resample_weights", "normalized_weights", "log_sum_exp", "log_sum_exp_and_ess", "effective_sample_size", "METHODS"]
 
 
 def log_sum_exp(log_weights) -> float:
@@ -50,6 +50,21 @@ def effective_sample_size(log_weights) -> float:
     """``1 / sum(W_i^2)`` of the normalised weights: between 1 and the number of particles."""
     w = normalized_weights(log_weights)
     return float(1.0 / np.dot(w, w))
+
+
+def log_sum_exp_and_ess(log_weights) -> tuple:
+    """``(log_sum_exp, effective_sample_size, normalised weights or None)`` with one ``exp``
+    pass; the ESS is 0 when every weight is zero (the errors of :func:`normalized_weights`
+    otherwise)."""
+    lw = np.asarray(log_weights, dtype=np.float64)
+    top = lw.max()
+    if not np.isfinite(top):
+        total = log_sum_exp(lw)
+        return total, (effective_sample_size(lw) if total > -np.inf else 0.0), None
+    e = np.exp(lw - top)
+    s = e.sum()
+    w = e / s
+    return float(top + np.log(s)), float(1.0 / np.dot(w, w)), w
 
 
 def _uniforms(n: int) -> np.ndarray:
@@ -94,9 +109,15 @@ def resample(log_weights, n: int | None = None, method: str = "systematic") -> n
     """``n`` ancestor indices (default: as many as there are weights), drawn by ``method``
     (``"multinomial"``, ``"systematic"``, ``"stratified"`` or ``"residual"``) in proportion
     to ``exp(log_weights)``. The indices come out sorted except for residual's remainder."""
+    if method not in METHODS:       # before the weights' errors
+        raise ValueError(f"unknown resampling method {method!r}; choose one of {', '.join(METHODS)}")
+    return resample_weights(normalized_weights(log_weights), n, method)
+
+
+def resample_weights(weights, n: int | None = None, method: str = "systematic") -> np.ndarray:
+    """:func:`resample` from normalised ``weights``."""
     if method not in METHODS:
         raise ValueError(f"unknown resampling method {method!r}; choose one of {', '.join(METHODS)}")
-    weights = normalized_weights(log_weights)
     n = len(weights) if n is None else int(n)
     if n < 1:
         raise ValueError(f"resample: n must be a positive number of particles, got {n}")
