@@ -188,12 +188,12 @@ def real_parents_shape(parents, site):
     if first is None or first[1] != site:
         raise NotBatchable("the traces do not end in the Unfold")
     before = dict(first[0])
-    args, unfold_args = parents[0].args, first[2].args
+    args, unfold_args = parents[0]._args, first[2]._args
     for trace in parents:
         found = last_unfold(trace)
         if found is None or found[1] != site or trace._families is not None \
                 or len(found[0]) != len(before) or any(before.get(a) is not r for a, r in found[0]) \
-                or not _same_values(trace.args, args) or not _same_values(found[2].args[1:], unfold_args[1:]):
+                or not _same_values(trace._args, args) or not _same_values(found[2]._args[1:], unfold_args[1:]):
             raise NotBatchable("the particles differ before their Unfold")
     return before, args, unfold_args
 
@@ -366,7 +366,7 @@ def restep_batch(step, states):
     constraints = {a: r.value for a, r in step.flat_records().items()}
     handler = _StepBatch(len(states), constraints, may_draw=False)
     try:
-        batch = run_step(handler, step.gen_fn, tuple(step.args), states)
+        batch = run_step(handler, step.gen_fn, tuple(step._args), states)
     except Exception:       # noqa: BLE001 - the per-state restep decides
         return None
     kind, value = batch.retval

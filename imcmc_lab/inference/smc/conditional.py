@@ -178,7 +178,7 @@ class _UnfoldSplice:
         if len(shape.before) != len(self.before) or any(
                 a != b or r is not q for (a, r), (b, q) in zip(shape.before.items(), self.before)) \
                 or shape.unfold != self.unfold.gen_fn or int(shape.unfold_args[0]) != self.t \
-                or not values_equal(tuple(shape.unfold_args[1:]), tuple(self.unfold.args[1:])):
+                or not values_equal(tuple(shape.unfold_args[1:]), tuple(self.unfold._args[1:])):
             return None
         try:
             states, _ = joined.states(None)

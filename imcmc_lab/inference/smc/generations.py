@@ -141,7 +141,7 @@ class BatchedGeneration(Sequence):
         else:
             unfold = last_unfold(base)[2]
             steps, score = list(unfold.subtraces), unfold.score
-            state = steps[-1].retval if steps else unfold.args[1]
+            state = steps[-1].retval if steps else unfold._args[1]
         for g, j in reversed(chain):
             step = g._steps.get(j)
             if step is None:
@@ -184,13 +184,17 @@ class UnfoldView:
     """What ``Unfold`` comparisons read of a batched particle's Unfold trace: ``gen_fn``,
     ``args``, its number of steps (``len``) and its last state (``retval[-1]``)."""
 
-    __slots__ = ("gen_fn", "args", "retval")
+    __slots__ = ("gen_fn", "_args", "retval")
 
     def __init__(self, shape, state):
-        self.gen_fn, self.args, self.retval = shape.unfold, shape.unfold_args, (state,)
+        self.gen_fn, self._args, self.retval = shape.unfold, shape.unfold_args, (state,)
+
+    @property
+    def args(self):
+        return self._args
 
     def __len__(self):
-        return int(self.args[0])
+        return int(self._args[0])
 
 
 class Joined(Sequence):
@@ -238,7 +242,7 @@ class Joined(Sequence):
 
 def _last_state(trace):
     unfold = last_unfold(trace)[2]
-    return unfold.retval[-1] if len(unfold) else unfold.args[1]
+    return unfold.retval[-1] if len(unfold) else unfold._args[1]
 
 
 class Batcher:
