@@ -21,6 +21,7 @@ import linecache
 import torch
 
 from ..core.address import did_you_mean, format_address
+from ..core.effects import resolve_line
 from ..errors import AddressError, LabelError, TransformError
 from ..modeling.runtime import OwnedChoices
 from .autograd_backend import AutogradBackend
@@ -35,7 +36,7 @@ MODEL, AUX = "model", "aux"
 
 
 def _where(line) -> str:
-    filename, lineno = line
+    filename, lineno = resolve_line(line)
     text = linecache.getline(filename, lineno).strip()
     return f"line {lineno}: {text}" if text else f"line {lineno}"
 
