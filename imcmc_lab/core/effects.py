@@ -98,11 +98,12 @@ def resolve_line(line):
 
 
 def visit_choice(dist, address):
-    """``dist @ address``: once per random choice, so the lookups are inlined. The line
-    is kept as the call site ``(code, offset)``: ``frame.f_lineno`` scans the code's line
-    table, and only an error message needs it (:func:`resolve_line`)."""
+    """``dist @ address``: ``Distribution.__matmul__`` is this function itself (one Python
+    call per random choice, so the lookups are inlined too). The line is kept as the call
+    site ``(code, offset)``: ``frame.f_lineno`` scans the code's line table, and only an
+    error message needs it (:func:`resolve_line`)."""
     handler = getattr(_local, "handler", None) or current_handler()
-    frame = sys._getframe(2)        # the body that wrote `dist @ address`
+    frame = sys._getframe(1)        # the body that wrote `dist @ address`
     value = handler.choice(normalize_address(address), dist, (frame.f_code, frame.f_lasti))
     if type(value) is _Tensor:
         handed = getattr(handler, "handed", None)
