@@ -154,8 +154,11 @@ class _Interpreter:
         return trace
 
     def read(self, ref: AddressRef, label, line):
-        trace = self._input(ref, "read of", line)
-        key = (ref.handle.side, ref.address)
+        handle = ref.handle
+        trace = self.traces[handle.side] if handle.is_input else None     # _input's hot path
+        if trace is None:
+            trace = self._input(ref, "read of", line)      # raises, naming the misuse
+        key = (handle.side, ref.address)
         seen = self.run.reads.get(key)
         if seen is not None:
             if seen.label is not label:
