@@ -26,6 +26,9 @@ Run in a checkout of theirs (``peers.py --authors PATH`` does this)::
 
     N=100 python /path/to/benchmarks/authors_two_clusters.py [PATH]
 
+``VALIDATE=1`` runs it with torch's argument validation on instead (the start state then
+holds tensors, which validation requires).
+
 It prints ``steps_per_second X``: process time, median of 3 rounds of at least
 ``ROUND_SECONDS`` (and at least 3 steps) each, after one warm-up step.
 """
@@ -74,6 +77,8 @@ def steps_per_second(ns: dict, n: int) -> float:
     # their example's observations: one float32 scalar tensor per point
     observations = {("x", i): torch.tensor(float(v)) for i, v in enumerate(data, start=1)}
     state = {"two_clusters": 0, ("mu", 1): 0.0}
+    if os.environ.get("VALIDATE") == "1":
+        state = {"two_clusters": torch.tensor(0.0), ("mu", 1): torch.tensor(0.0)}
     step = ns["involution_mcmc_step"]
 
     def move(state):
@@ -99,7 +104,9 @@ def main(argv=None) -> int:
     # Their code was written for PyTorch 1.5, whose distributions did not validate their
     # arguments by default (validation became the default in 1.8): their own demo stops
     # at once under a current torch (`log_prob(0)` of an int is refused). Their defaults:
-    torch.distributions.Distribution.set_default_validate_args(False)
+    # VALIDATE=1: validation on (torch's current default), starting from tensor values so
+    # that their code runs at all (it then spends part of each step validating).
+    torch.distributions.Distribution.set_default_validate_args(os.environ.get("VALIDATE") == "1")
     # their _read re-wraps tensors with torch.tensor(...), which warns on every step
     warnings.simplefilter("ignore", UserWarning)
     print(f"steps_per_second {steps_per_second(load_their_example(root), n):.3f}")

@@ -115,14 +115,14 @@ def main(argv=None):
                         ("Fig. 1 (K = 8 at the start), split/merge", fig1_traces)):
         print(f"\n{title}: steps per second, median of {reps} interleaved rounds")
         print(f"   {'n':>6} {'authors':>9} {'per point':>10} {'iid':>8} {'per point / iid (time)':>23}"
-              f"{'  per point / authors (rate)' if args.authors and make is two_cluster_traces else ''}")
+              f"{'  per point / authors  iid / authors (rates)' if args.authors and make is two_cluster_traces else ''}")
         for n in args.ns:
             kernel, iid, loop = make(n, seed=n)
             moves = MOVES.get(n, 100) // (2 if args.quick else 1)
             t_iid, t_loop = interleaved(kernel, [iid, loop], moves, reps)
             theirs = authors_rate(args.authors, args.authors_command, n) if make is two_cluster_traces else None
             shown = f"{theirs:>9.1f}" if theirs is not None else f"{'-':>9}"
-            versus = f" {1 / t_loop / theirs:>26.0f}x" if theirs else ""
+            versus = f" {1 / t_loop / theirs:>19.0f}x {1 / t_iid / theirs:>13.0f}x" if theirs else ""
             print(f"   {n:>6} {shown} {1 / t_loop:>10.0f} {1 / t_iid:>8.0f} {t_loop / t_iid:>22.2f}x{versus}")
     return 0
 
