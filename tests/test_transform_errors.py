@@ -209,6 +209,22 @@ def test_two_writes_to_one_address():
     assert msg.count("line ") == 2   # both places
 
 
+def test_two_writes_name_their_exact_lines():
+    # lines are resolved from call sites only when a message is made (core.effects.resolve_line)
+    def split(model_in, aux_in, model_out, aux_out):
+        write(model_out["k"], 2, discrete)
+        mu = read(model_in["mu", 1], continuous)
+        u = read(aux_in["u"], continuous)
+        write(model_out["mu", 1], mu - u, continuous)
+        write(model_out["mu", 1],
+              mu + u, continuous)
+
+    first = split.__code__.co_firstlineno + 4
+    msg = raises(il.TransformError, make(split=split), 1, "model_out[('mu', 1)] is written twice")
+    assert f'at line {first}: write(model_out["mu", 1], mu - u, continuous) and again at line {first + 1}: ' \
+           f'write(model_out["mu", 1],' in msg, msg
+
+
 def test_copy_then_write_to_one_address():
     def split(model_in, aux_in, model_out, aux_out):
         write(model_out["k"], 2, discrete)

@@ -48,11 +48,14 @@ class ChoiceMap:
             self._check_leaf_namespace_conflicts()
 
     @classmethod
-    def _from_flat(cls, flat: dict) -> "ChoiceMap":
-        """Build from an already-normalised dict, without copying or checking."""
+    def _from_flat(cls, flat: dict, check: bool = False) -> "ChoiceMap":
+        """Build from an already-normalised dict, without copying; with ``check``, a leaf
+        that is also a namespace is still an error (as for ``ChoiceMap(flat)``)."""
         cm = cls.__new__(cls)
         cm._leaves = flat
         cm._namespaces = None
+        if check and len(flat) > 1:
+            cm._check_leaf_namespace_conflicts()
         return cm
 
     def _check_leaf_namespace_conflicts(self):

@@ -11,7 +11,10 @@ implements::
     handler.choice_family(namespace, keys, dist, line, values=True)   # -> the values (optional;
                                                  # with values=False, a loop's: may be None)
 
-``line`` is ``(filename, lineno)`` of the user's code, for error messages. A handler
+``line`` says where the user's code wrote it, for error messages: a *call site*,
+``(code object, instruction offset)`` as :func:`visit_choice` takes it from the frame
+(cheap; the line number is found only when a message needs it), or ``(filename,
+lineno)``. :func:`resolve_line` turns either into ``(filename, lineno)``. A handler
 with a list attribute ``handed`` gets each tensor value the body received appended to
 it with its version counter, ``(value, value._version)``, so that it can tell whether
 the body changed in place a value the trace keeps (the trace would keep the changed value
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from types import CodeType
 from contextlib import contextmanager
 
 import torch
@@ -39,7 +43,7 @@ from .values import ScalarList
 _Tensor = torch.Tensor
 
 __all__ = ["current_handler", "active_handler", "handling", "visit_choice", "visit_call", "visit_family",
-           "NoHandlerError"]
+           "NoHandlerError", "resolve_line"]
 
 _local = threading.local()
 
@@ -88,11 +92,28 @@ def pop_handler(saved):
     _local.handler = saved
 
 
+def resolve_line(line):
+    """``(filename, lineno)`` of a call site ``(code, instruction offset)``; a
+    ``(filename, lineno)`` pair is returned as it is."""
+    code, where = line
+    if type(code) is not CodeType:
+        return line
+    lineno = code.co_firstlineno
+    for start, end, number in code.co_lines():
+        if start <= where < end:
+            lineno = number if number is not None else lineno
+            break
+    return code.co_filename, lineno
+
+
 def visit_choice(dist, address):
-    """``dist @ address``: once per random choice, so the lookups are inlined."""
+    """``dist @ address``: ``Distribution.__matmul__`` is this function itself (one Python
+    call per random choice, so the lookups are inlined too). The line is kept as the call
+    site ``(code, offset)``: ``frame.f_lineno`` scans the code's line table, and only an
+    error message needs it (:func:`resolve_line`)."""
     handler = getattr(_local, "handler", None) or current_handler()
-    frame = sys._getframe(2)        # the body that wrote `dist @ address`
-    value = handler.choice(normalize_address(address), dist, (frame.f_code.co_filename, frame.f_lineno))
+    frame = sys._getframe(1)        # the body that wrote `dist @ address`
+    value = handler.choice(normalize_address(address), dist, (frame.f_code, frame.f_lasti))
     if type(value) is _Tensor:
         handed = getattr(handler, "handed", None)
         if handed is not None:
@@ -104,7 +125,7 @@ def visit_call(gen_fn, args, address):
     """``callee(args) @ address``."""
     handler = current_handler()
     frame = sys._getframe(2)        # the body that wrote `callee(args) @ address`
-    value = handler.call(normalize_address(address), gen_fn, args, (frame.f_code.co_filename, frame.f_lineno))
+    value = handler.call(normalize_address(address), gen_fn, args, (frame.f_code, frame.f_lasti))
     handed = getattr(handler, "handed", None)
     return value if handed is None or value is None else _watched(value, handed)
 

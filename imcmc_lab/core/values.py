@@ -164,6 +164,9 @@ def as_real(x) -> torch.Tensor:
         if floats:
             return float64_vector(floats)
     if isinstance(x, (list, tuple)) and x and isinstance(x[0], torch.Tensor):
+        floats = plain_floats(x)        # float64 scalars outside autograd (Fig. 1's lists):
+        if floats is not None:          # one vector from their floats, not K conversions + stack
+            return float64_vector(floats)
         return torch.stack([as_real(v) for v in x])
     return torch.as_tensor(x, dtype=DTYPE)
 

@@ -16,7 +16,7 @@ import torch
 
 from ..core.address import format_address, normalize_address
 from ..core.distributions.discrete import Bernoulli, UniformDiscrete
-from ..core.effects import pop_handler, push_handler
+from ..core.effects import pop_handler, push_handler, resolve_line
 from ..errors import TransformError
 
 __all__ = ["ProposalError", "TraceView", "run_proposal", "discrete_candidates", "is_discrete_value"]
@@ -62,7 +62,7 @@ class _ProposalHandler:
         address = self.prefix + address
         if address in self.draws:
             raise ProposalError(f"the proposal {self.name} draws {format_address(address)} twice "
-                                f"(line {line[1]}); give each draw its own address")
+                                f"(line {resolve_line(line)[1]}); give each draw its own address")
         value = self.draw(address, dist)
         self.draws[address] = (dist, value)
         return value

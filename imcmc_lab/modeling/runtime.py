@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..core.address import did_you_mean, format_address, normalize_address
-from ..core.choicemap import as_choicemap, as_selection
+from ..core.choicemap import ChoiceMap, as_choicemap, as_selection
 from ..core.effects import pop_handler, push_handler
 from ..errors import AddressError, ConstraintError
 from .execution import Execution, Result, counters
@@ -77,9 +77,10 @@ def owned(value):
 class OwnedChoices(dict):
     """Constraints ``{address: value}`` whose values the engine owns already: fresh
     tensors, immutable values, or values of other traces (which are never modified). The
-    entry points take them without copying. Engine code builds them (a transform's
-    outputs, :meth:`~imcmc_lab.transform.interpreter.TransformRun.output_choices`); a
-    user's dict or ChoiceMap is copied."""
+    entry points take them without copying, and their addresses are normalised already
+    (a leaf that is also a namespace is still refused). Engine code builds them (a
+    transform's outputs, :meth:`~imcmc_lab.transform.interpreter.TransformRun.output_choices`);
+    a user's dict or ChoiceMap is copied."""
 
     __slots__ = ()
 
@@ -91,8 +92,10 @@ def _as_args(args):
 
 
 def _owned_constraints(constraints):
+    if type(constraints) is OwnedChoices:     # engine-built: normalised addresses, owned values
+        return ChoiceMap._from_flat(constraints, check=True)._leaves
     flat = as_choicemap(constraints)._leaves      # addresses normalised and checked in any case
-    if not flat or type(constraints) is OwnedChoices:
+    if not flat:
         return flat
     return {address: owned(value) for address, value in flat.items()}
 

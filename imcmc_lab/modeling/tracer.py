@@ -26,6 +26,7 @@ import linecache
 import math
 
 from ..core.address import format_address
+from ..core.effects import resolve_line
 from ..core.values import format_value, values_equal
 from ..errors import AddressError, DistributionError, DuplicateAddressError, TraceChangedError
 from .execution import Execution, Result, counters
@@ -42,7 +43,7 @@ class AssessFailure(Exception):
 
 
 def describe_line(line) -> str:
-    filename, lineno = line
+    filename, lineno = resolve_line(line)
     text = linecache.getline(filename, lineno).strip()
     where = f"line {lineno}"
     return f"{where}: {text}" if text else f"{where} of {filename}"

@@ -9,7 +9,6 @@ computes ``log |det J|`` on what copies leave over.
 
 from __future__ import annotations
 
-import functools
 import math
 from itertools import chain
 from operator import attrgetter, itemgetter
@@ -211,9 +210,12 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
     (rows, cols, matrix, blocks, logdet), pass_through, rows_source = reduced_jacobian(
         written_outputs, remaining_inputs, run.backend)
 
-    @functools.cache
+    found = []
+
     def every_copy():       # consumed, implicit copies of untouched addresses included: once, on demand
-        return _match_outputs(run, ((MODEL, xn_flat), (AUX, yn_flat)))[0]
+        if not found:       # (a list, not functools.cache: that costs a wrapper per move)
+            found.append(_match_outputs(run, ((MODEL, xn_flat), (AUX, yn_flat)))[0])
+        return found[0]
 
     # dense() differentiates with respect to every continuous read, including reads of
     # copied coordinates (their columns are not unit columns when a written value uses them).

@@ -57,6 +57,9 @@ def float_write(value, label):
     return value, [{}] * value.numel()
 
 
+_NO_CONTEXT = contextlib.nullcontext()     # reusable: one for every run, not one per move
+
+
 class FloatBackend:
     """Derivatives as sparse ``{input coordinate id: derivative}`` dicts on Python floats."""
 
@@ -67,7 +70,7 @@ class FloatBackend:
         self.n_coordinates = 0      # ids handed out to input coordinates
 
     def running(self):
-        return contextlib.nullcontext()
+        return _NO_CONTEXT
 
     def leaf(self, record):
         """``(coordinate ids, Dual or DualVector)`` for a continuous read; the ids of one

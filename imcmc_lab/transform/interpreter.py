@@ -21,6 +21,7 @@ import linecache
 import torch
 
 from ..core.address import did_you_mean, format_address
+from ..core.effects import resolve_line
 from ..errors import AddressError, LabelError, TransformError
 from ..modeling.runtime import OwnedChoices
 from .autograd_backend import AutogradBackend
@@ -35,7 +36,7 @@ MODEL, AUX = "model", "aux"
 
 
 def _where(line) -> str:
-    filename, lineno = line
+    filename, lineno = resolve_line(line)
     text = linecache.getline(filename, lineno).strip()
     return f"line {lineno}: {text}" if text else f"line {lineno}"
 
@@ -153,8 +154,11 @@ class _Interpreter:
         return trace
 
     def read(self, ref: AddressRef, label, line):
-        trace = self._input(ref, "read of", line)
-        key = (ref.handle.side, ref.address)
+        handle = ref.handle
+        trace = self.traces[handle.side] if handle.is_input else None     # _input's hot path
+        if trace is None:
+            trace = self._input(ref, "read of", line)      # raises, naming the misuse
+        key = (handle.side, ref.address)
         seen = self.run.reads.get(key)
         if seen is not None:
             if seen.label is not label:

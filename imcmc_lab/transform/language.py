@@ -110,8 +110,10 @@ def _check_ref(ref, what):
 
 
 def _caller_line():
+    """The caller's call site ``(code, offset)``; :func:`~imcmc_lab.core.effects.resolve_line`
+    finds its line when a message needs it."""
     frame = sys._getframe(2)
-    return (frame.f_code.co_filename, frame.f_lineno)
+    return (frame.f_code, frame.f_lasti)
 
 
 # read and write run once per statement of every move: the checks are inlined as type tests
@@ -122,7 +124,7 @@ def read(ref, label):
     if type(label) is not Label:
         label = _as_label(label)
     frame = sys._getframe(1)
-    return ref.handle.interp.read(ref, label, (frame.f_code.co_filename, frame.f_lineno))
+    return ref.handle.interp.read(ref, label, (frame.f_code, frame.f_lasti))
 
 
 def exists(ref) -> bool:
@@ -138,7 +140,7 @@ def write(ref, value, label):
     if type(label) is not Label:
         label = _as_label(label)
     frame = sys._getframe(1)
-    return ref.handle.interp.write(ref, value, label, (frame.f_code.co_filename, frame.f_lineno))
+    return ref.handle.interp.write(ref, value, label, (frame.f_code, frame.f_lasti))
 
 
 def copy(source, destination):

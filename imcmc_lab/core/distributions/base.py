@@ -280,9 +280,9 @@ class Distribution:
                 return False
         return len(self.raw_args) == len(other.raw_args)
 
-    def __matmul__(self, address):
-        # ``dist @ address`` inside a generative function: a traced random choice.
-        return visit_choice(self, address)
+    #: ``dist @ address`` inside a generative function: a traced random choice
+    #: (the effect itself, not a method calling it: one call less per choice)
+    __matmul__ = visit_choice
 
     def __repr__(self):
         return f"{self.name}({', '.join(format_value(a) for a in self.raw_args)})"
