@@ -54,8 +54,14 @@ def draw_momentum(discontinuous: bool) -> float:
 
 
 def laplace_to_gauss(p: float) -> float:
-    """``Φ⁻¹(F_Laplace(p))``: the Gaussian copula coordinate of a Laplace(0, 1) momentum."""
-    return -ndtri(0.5 * math.exp(-p)) if p >= 0 else ndtri(0.5 * math.exp(p))
+    """``Φ⁻¹(F_Laplace(p))``: the Gaussian copula coordinate of a Laplace(0, 1) momentum,
+    from the log of its tail ``log(½) - |p|``. (``ndtri(½ e^-|p|)`` underflows to ±inf from
+    |p| ≈ 745: a momentum that large — a chain started far out in the tail turns hundreds of
+    nats of likelihood into kinetic energy — then stayed infinite under persistence and every
+    later move was rejected.)"""
+    from scipy.special import ndtri_exp      # Φ⁻¹(exp(y)), accurate for any y <= 0
+
+    return math.copysign(-float(ndtri_exp(-_LOG2 - abs(p))), p)
 
 
 def gauss_to_laplace(g: float) -> float:
