@@ -12,7 +12,7 @@ import torch
 import imcmc_lab as il
 from imcmc_lab.errors import ImcmcError, InvolutionCheckError
 from imcmc_lab.examples.nonparametric import (GEOMETRIC_MEAN, WALK_START_BELOW_ONE, WALK_START_MEAN, geometric,
-                                              walk)
+                                              gmm, gmm_data, walk)
 from imcmc_lab.inference.nphmc.coordinates import Trajectory, gauss_to_laplace, laplace_to_gauss
 from imcmc_lab.inference.nphmc.integrator import Integrator
 
@@ -80,6 +80,10 @@ def test_check_passes_with_lookahead_and_continuous_extensions():
     kernel = il.NPHMC(il.select("x1", "x2"), 0.3, 5, discontinuous=(), lookahead=2, persistence=0.1)
     report = il.check_nphmc(two_line, (), {}, kernel, trials=100)
     assert report.passed and report.extensions > 30
+    _, train, _ = gmm_data()          # a small GMM: the number of components changes mid-sweep
+    kernel = il.NPHMC(il.select("k", "mean"), 0.05, 5, persistence=0.5, lookahead=2)
+    report = il.check_nphmc(gmm, (train[:20],), {"data": train[:20]}, kernel, trials=20)
+    assert report.passed and report.extensions_in_sweep > 20
 
 
 def test_check_catches_a_leapfrog_on_the_reference_energy_with_lookahead(monkeypatch):
@@ -202,9 +206,3 @@ def test_record_and_run_chain():
     assert len(record.trajectory) == 6 and set(record.energy) == {"loglik", "prior", "kinetic"}
     assert record.dim_before >= 1 and record.block in (1, None)
     assert len(chain) >= 20 if hasattr(chain, "__len__") else True
-
-
-
-def test_nphmc_says_it_is_experimental():
-    with pytest.warns(UserWarning, match="experimental"):
-        il.NPHMC(U, 0.1, 5, discontinuous=U)

@@ -14,7 +14,6 @@ momenta are negated and the direction bit flips.
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 
@@ -108,9 +107,6 @@ class NPHMC(Kernel):
 
     def __init__(self, selection, step_size=0.1, n_steps=5, *, discontinuous=None, persistence=1.0,
                  lookahead=0, jitter=0.5, check=False, name=None):
-        warnings.warn("NPHMC is experimental: on the random-walk program with persistence 0.1 and "
-                      "look-ahead 2 a chain stopped moving (issue 18); check its answers on your model "
-                      "before relying on them.", UserWarning, stacklevel=2)
         super().__init__(name or f"nphmc({selection!r})")
         if not (0.0 < persistence <= 1.0):
             raise ValueError(f"NPHMC: persistence is the refresh weight α in (0, 1], got {persistence!r}")
