@@ -105,7 +105,7 @@ def test_check_catches_a_leapfrog_on_the_reference_energy_with_lookahead(monkeyp
         return z, p
 
     monkeypatch.setattr(Integrator, "kick", kick)
-    monkeypatch.setattr(Integrator, "drift", drift)
+    monkeypatch.setattr(Integrator, "rotate", drift)
     monkeypatch.setattr(Trajectory, "replay", replay)
     torch.manual_seed(0)
     kernel = il.NPHMC(il.select("x1", "x2"), 0.3, 5, discontinuous=(), lookahead=2)

@@ -1,4 +1,4 @@
-"""The NP-(D)HMC integrator: leapfrog on continuous coordinates around a coordinate-wise
+"""The NP-(D)HMC integrator: a symmetric splitting on continuous coordinates around a coordinate-wise
 sweep over the discontinuous ones (Nishimura, Dunson and Lu's discontinuous HMC), on a
 :class:`~.coordinates.Trajectory` that instantiates coordinates as the program asks.
 
@@ -53,7 +53,7 @@ class Integrator:
             traj.p[a] += c * grads.get(a, 0.0)
         traj.ops.append(("kick", c))
 
-    def drift(self, c):
+    def rotate(self, c):
         """The exact flow of ``½z² + ½p²`` for time ``c`` on every continuous coordinate."""
         traj = self.trajectory
         for a in traj.continuous():
@@ -110,13 +110,13 @@ class Integrator:
         """One step; ``False`` if the state left the support (the move is then rejected)."""
         eps = self.trajectory.step_size
         self.kick(0.5 * eps)
-        self.drift(0.5 * eps)
+        self.rotate(0.5 * eps)
         if any(self.trajectory.disc.values()):
             if not math.isfinite(self.sweep()):
                 return False
         else:
             self.trajectory.sweeps += 1
-        self.drift(0.5 * eps)
+        self.rotate(0.5 * eps)
         self.current = self.evaluate(need_grad=True)
         if not math.isfinite(self.current.loglik):
             return False
