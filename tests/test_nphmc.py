@@ -206,3 +206,17 @@ def test_record_and_run_chain():
     assert len(record.trajectory) == 6 and set(record.energy) == {"loglik", "prior", "kinetic"}
     assert record.dim_before >= 1 and record.block in (1, None)
     assert len(chain) >= 20 if hasattr(chain, "__len__") else True
+
+
+def test_a_gmm_chain_whose_trajectories_reach_the_end_of_a_uniform_moves():
+    """Regression (issue 18): from this prior draw (log-likelihood -3429) every trajectory
+    gains about 450 nats and flings some mean's coordinate beyond z ≈ 8.3, where
+    uniform(0, 100) maps to the float 100.0 and ``to_reference`` back is infinite. Those
+    proposals were all rejected: 0 of 150 moves accepted. The kernel now keeps the coordinate
+    it left each value at. 20 moves, about 2 s."""
+    _, train, _ = gmm_data()
+    torch.manual_seed(1)
+    trace, _ = gmm.generate((train,), {"data": train})
+    kernel = il.NPHMC(il.select("k", "mean"), 0.05, 25)
+    run(kernel, trace, 20, lambda t: None, seed=1)
+    assert kernel.accepted >= 8

@@ -120,11 +120,11 @@ def check_nphmc(model, args, observations, kernel, trials=100, raise_on_failure=
     tail of very long runs; each costs a sweep per step)."""
     report = NPCheckReport()
     n_steps = kernel.n_steps * (kernel.lookahead + 1)
-    saved = kernel.momentum, kernel.direction
+    saved = kernel.momentum, kernel.direction, kernel.coordinates
     try:
         for trial in range(trials):
             trace = _draw(model, args, observations, kernel.selection, max_latent)
-            kernel.momentum, kernel.direction = {}, 1 if trial % 2 == 0 else -1
+            kernel.momentum, kernel.coordinates, kernel.direction = {}, {}, 1 if trial % 2 == 0 else -1
             obs = {a: r.value for a, r in trace.flat_records().items() if a not in kernel.selection}
             run = _forward(kernel, trace, obs, report)
             if run is None:
@@ -139,7 +139,7 @@ def check_nphmc(model, args, observations, kernel, trials=100, raise_on_failure=
                 report.failures.append((trial, f"direction {'ascending' if forward.direction > 0 else 'descending'}"
                                                f": {problem}"))
     finally:
-        kernel.momentum, kernel.direction = saved
+        kernel.momentum, kernel.direction, kernel.coordinates = saved
     if report.failures and raise_on_failure:
         lines = "\n".join(f"  trial {t}: {why}" for t, why in report.failures[:5])
         raise InvolutionCheckError(f"check_nphmc: {len(report.failures)} of {report.trials} trajectories of "
