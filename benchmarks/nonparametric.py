@@ -26,7 +26,8 @@ density), the first 10% of each run discarded (as the reference code's burn-in d
 
 Run: ``python benchmarks/nonparametric.py`` (runs of the thesis's length: tens of minutes on
 a quiet 2-core machine), or ``--quick`` (1 run, 100 GMM and 40 DPMM moves, 300 geometric,
-2 walk runs); ``--only walk`` (or ``mixtures``, ``geometric``) runs one part; ``--runs``,
+2 walk runs); ``--only walk`` (or ``mixtures``, ``geometric``, ``walk-energy``: the walk's
+autocorrelation times of the start and of the energy) runs one part; ``--runs``,
 ``--gmm-moves``, ``--dpmm-moves`` shorten the mixture runs.
 """
 
@@ -98,20 +99,35 @@ def geometric_speed(moves):
 
 
 def walk_chain(alpha, seed, burn, keep):
-    """One walk chain: the kept starts and the gradient evaluations of the kept moves."""
+    """One walk chain: the kept starts, the gradient evaluations of the kept moves, and the
+    total energy H at the start of each kept move."""
     torch.manual_seed(seed)
     draws = [walk.generate((), {"distance": 1.1}) for _ in range(300)]     # importance resampling:
     weights = torch.tensor([w for _, w in draws], dtype=torch.float64)       # a start in the posterior's bulk
     trace = draws[int(torch.multinomial(torch.softmax(weights, 0), 1))][0]
     kernel = il.NPHMC(il.select("start", "step"), 0.1, 5, discontinuous=il.select("start", "step"),
                       persistence=alpha)
-    starts, gradients = [], 0
+    starts, gradients, energies = [], 0, []
     for i in range(burn + keep):
         trace, _ = kernel(trace)
         if i >= burn:
+            record = kernel.last_record
             starts.append(float(trace["start"]))
-            gradients += kernel.last_record.gradient_evaluations
-    return starts, gradients
+            gradients += record.gradient_evaluations
+            energies.append(-record.energy["loglik"][0] + record.energy["prior"][0] + record.energy["kinetic"][0])
+    return starts, gradients, energies
+
+
+def walk_energy(moves=3000, alphas=(1.0, 0.5, 0.1)):
+    """Integrated autocorrelation times (moves / ESS) of the start and of the energy H, one
+    chain per α: why persistence helps the walk less than the thesis reports."""
+    import arviz as az
+
+    for alpha in alphas:
+        starts, _, energies = walk_chain(alpha, 3, 100, moves)
+        tau = [moves / float(az.ess(np.array(x)[None])) for x in (starts, energies)]
+        print(f"walk α={alpha:<4} {moves} moves: autocorrelation time of the start {tau[0]:.1f} moves, "
+              f"of H {tau[1]:.1f} moves", flush=True)
 
 
 def walk_ess(runs, burn, keep=960, alphas=(1.0, 0.5, 0.1)):
@@ -119,7 +135,7 @@ def walk_ess(runs, burn, keep=960, alphas=(1.0, 0.5, 0.1)):
 
     for alpha in alphas:
         start = time.process_time()
-        chains, gradients = zip(*(walk_chain(alpha, seed, burn, keep) for seed in range(runs)))
+        chains, gradients, _ = zip(*(walk_chain(alpha, seed, burn, keep) for seed in range(runs)))
         chains = np.array(chains)
         per_run = [float(az.ess(chains[i:i + 1])) for i in range(runs)]
         thesis = THESIS["walk"].get(alpha, "-")
@@ -132,7 +148,7 @@ def walk_ess(runs, burn, keep=960, alphas=(1.0, 0.5, 0.1)):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", choices=("geometric", "walk", "mixtures"))
+    parser.add_argument("--only", choices=("geometric", "walk", "walk-energy", "mixtures"))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--gmm-moves", type=int, default=1000)
     parser.add_argument("--dpmm-moves", type=int, default=150)
@@ -144,6 +160,8 @@ def main():
         geometric_speed(300 if args.quick else 3000)
     if args.only in (None, "walk"):
         walk_ess(2 if args.quick else args.walk_runs, args.walk_burn)
+    if args.only == "walk-energy":
+        walk_energy()
     if args.only in (None, "mixtures"):
         if args.quick:
             mixtures(runs=1, gmm_moves=100, dpmm_moves=40)
