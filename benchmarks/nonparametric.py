@@ -11,13 +11,24 @@ reference code):
    Thesis: LPPD −676.11 ± 0.43 (10 runs × 150 samples).
 3. The geometric program (L = 5, ε = 0.1): NP-DHMC iterations per second (CPU time). The
    reference code runs about 6-8 iterations per second on the project's 2-core machine.
+4. The random walk (L = 5, ε = 0.1, all coordinates discontinuous): ESS of the start over
+   10 runs × 960 kept samples for persistence α = 1, 0.5, 0.1 (same number of gradient
+   evaluations: 5 per move, no look-ahead). Thesis: 962 (α = 1) vs 2,792 (α = 0.1). Each run
+   starts from one of 300 draws of the program given the observation, resampled by their
+   weights, and discards ``--walk-burn`` moves. (A plain draw can be a walk that reaches
+   the distance limit: its log-likelihood, about -3960, is flat in that region, and one such
+   run of 10 stayed there for all 1,460 moves, for α = 1 as for α = 0.1.) ESS: ArviZ's bulk ESS, per run, summed over runs; and of
+   the 10 runs pooled as chains (which also counts the disagreement between runs).
 
 LPPD = Σ over the 50 test points of log (mean over the kept samples of the point's mixture
 density), the first 10% of each run discarded (as the reference code's burn-in does). The
 ± is the standard deviation over runs. Times are process CPU times, torch on one thread.
 
 Run: ``python benchmarks/nonparametric.py`` (runs of the thesis's length: tens of minutes on
-a quiet 2-core machine), or ``--quick`` (1 run, 100 GMM and 40 DPMM moves, 300 geometric).
+a quiet 2-core machine), or ``--quick`` (1 run, 100 GMM and 40 DPMM moves, 300 geometric,
+2 walk runs); ``--only walk`` (or ``mixtures``, ``geometric``, ``walk-energy``: the walk's
+autocorrelation times of the start and of the energy) runs one part; ``--runs``,
+``--gmm-moves``, ``--dpmm-moves`` shorten the mixture runs.
 """
 
 from __future__ import annotations
@@ -29,10 +40,11 @@ import numpy as np
 import torch
 
 import imcmc_lab as il
-from imcmc_lab.examples.nonparametric import GMM_STD, MixtureData, dpmm, geometric, gmm, gmm_data
+from imcmc_lab.examples.nonparametric import GMM_STD, MixtureData, dpmm, geometric, gmm, gmm_data, walk
 
 THESIS = {"gmm": "-675.59 ± 0.37, acc 75.6%", "gmm_k2": "acc 88.6%", "dpmm": "-676.11 ± 0.43",
-          "true": "-674.81", "geometric": "6-8 it/s (reference code)"}
+          "true": "-674.81", "geometric": "6-8 it/s (reference code)",
+          "walk": {1.0: "962", 0.1: "2,792"}}
 
 
 def _pointwise(trace, test):
@@ -86,16 +98,75 @@ def geometric_speed(moves):
     print(f"geometric NP-DHMC (L=5, ε=0.1): {rate:.0f} iterations/s (CPU)   (thesis {THESIS['geometric']})")
 
 
+def walk_chain(alpha, seed, burn, keep):
+    """One walk chain: the kept starts, the gradient evaluations of the kept moves, and the
+    total energy H at the start of each kept move."""
+    torch.manual_seed(seed)
+    draws = [walk.generate((), {"distance": 1.1}) for _ in range(300)]     # importance resampling:
+    weights = torch.tensor([w for _, w in draws], dtype=torch.float64)       # a start in the posterior's bulk
+    trace = draws[int(torch.multinomial(torch.softmax(weights, 0), 1))][0]
+    kernel = il.NPHMC(il.select("start", "step"), 0.1, 5, discontinuous=il.select("start", "step"),
+                      persistence=alpha)
+    starts, gradients, energies = [], 0, []
+    for i in range(burn + keep):
+        trace, _ = kernel(trace)
+        if i >= burn:
+            record = kernel.last_record
+            starts.append(float(trace["start"]))
+            gradients += record.gradient_evaluations
+            energies.append(-record.energy["loglik"][0] + record.energy["prior"][0] + record.energy["kinetic"][0])
+    return starts, gradients, energies
+
+
+def walk_energy(moves=3000, alphas=(1.0, 0.5, 0.1)):
+    """Integrated autocorrelation times (moves / ESS) of the start and of the energy H, one
+    chain per α: why persistence helps the walk less than the thesis reports."""
+    import arviz as az
+
+    for alpha in alphas:
+        starts, _, energies = walk_chain(alpha, 3, 100, moves)
+        tau = [moves / float(az.ess(np.array(x)[None])) for x in (starts, energies)]
+        print(f"walk α={alpha:<4} {moves} moves: autocorrelation time of the start {tau[0]:.1f} moves, "
+              f"of H {tau[1]:.1f} moves", flush=True)
+
+
+def walk_ess(runs, burn, keep=960, alphas=(1.0, 0.5, 0.1)):
+    import arviz as az
+
+    for alpha in alphas:
+        start = time.process_time()
+        chains, gradients, _ = zip(*(walk_chain(alpha, seed, burn, keep) for seed in range(runs)))
+        chains = np.array(chains)
+        per_run = [float(az.ess(chains[i:i + 1])) for i in range(runs)]
+        thesis = THESIS["walk"].get(alpha, "-")
+        print(f"walk α={alpha:<4} {runs} × {keep} kept (burn-in {burn}): ESS summed over runs {sum(per_run):6.0f}, "
+              f"pooled {float(az.ess(chains)):5.0f}, mean start {chains.mean():.4f} (exact 0.5910), "
+              f"{sum(gradients)} gradient evaluations, {time.process_time() - start:.0f} s   (thesis {thesis})",
+              flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", choices=("geometric", "walk", "walk-energy", "mixtures"))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--gmm-moves", type=int, default=1000)
+    parser.add_argument("--dpmm-moves", type=int, default=150)
+    parser.add_argument("--walk-runs", type=int, default=10)
+    parser.add_argument("--walk-burn", type=int, default=100)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    geometric_speed(300 if args.quick else 3000)
-    if args.quick:
-        mixtures(runs=1, gmm_moves=100, dpmm_moves=40)
-    else:
-        mixtures(runs=3, gmm_moves=1000, dpmm_moves=150)
+    if args.only in (None, "geometric"):
+        geometric_speed(300 if args.quick else 3000)
+    if args.only in (None, "walk"):
+        walk_ess(2 if args.quick else args.walk_runs, args.walk_burn)
+    if args.only == "walk-energy":
+        walk_energy()
+    if args.only in (None, "mixtures"):
+        if args.quick:
+            mixtures(runs=1, gmm_moves=100, dpmm_moves=40)
+        else:
+            mixtures(runs=args.runs, gmm_moves=args.gmm_moves, dpmm_moves=args.dpmm_moves)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from ...modeling.trace import ChoiceRecord
 from ...modeling.tracer import Assess, AssessFailure, describe_line
 
 __all__ = ["Trajectory", "Evaluation", "evaluate", "sort_key", "laplace_to_gauss", "gauss_to_laplace",
-           "kinetic", "redraw_in_interval", "no_map_error"]
+           "kinetic", "rotate", "redraw_in_interval", "no_map_error"]
 
 _LOG2 = math.log(2.0)
 
@@ -54,14 +54,26 @@ def draw_momentum(discontinuous: bool) -> float:
 
 
 def laplace_to_gauss(p: float) -> float:
-    """``Φ⁻¹(F_Laplace(p))``: the Gaussian copula coordinate of a Laplace(0, 1) momentum."""
-    return -ndtri(0.5 * math.exp(-p)) if p >= 0 else ndtri(0.5 * math.exp(p))
+    """``Φ⁻¹(F_Laplace(p))``: the Gaussian copula coordinate of a Laplace(0, 1) momentum,
+    from the log of its tail ``log(½) - |p|``. (``ndtri(½ e^-|p|)`` underflows to ±inf from
+    |p| ≈ 745: a momentum that large — a chain started far out in the tail turns hundreds of
+    nats of likelihood into kinetic energy — then stayed infinite under persistence and every
+    later move was rejected.)"""
+    from scipy.special import ndtri_exp      # Φ⁻¹(exp(y)), accurate for any y <= 0
+
+    return math.copysign(-float(ndtri_exp(-_LOG2 - abs(p))), p)
 
 
 def gauss_to_laplace(g: float) -> float:
     """``F_Laplace⁻¹(Φ(g))``, computed from the tail that keeps its precision."""
     log_tail = float(torch.special.log_ndtr(torch.tensor(-abs(g), dtype=DTYPE)))
     return math.copysign(-(_LOG2 + log_tail), g)
+
+
+def rotate(z: float, p: float, t: float):
+    """The exact flow of the reference part ``½z² + ½p²`` of the energy for time ``t``."""
+    c, s = math.cos(t), math.sin(t)
+    return c * z + s * p, c * p - s * z
 
 
 def redraw_in_interval(lo: float, hi: float) -> float:
@@ -82,8 +94,8 @@ class Trajectory:
     """Coordinates ``z``, momenta ``p`` (and their time-0 values) of one iteration, and the
     operations applied so far, so that an extension can be replayed through them.
 
-    ``ops`` lists the continuous operations in order (``("kick", c)``: ``p -= c ∂U/∂z``;
-    ``("drift", c)``: ``z += c p``); ``sweeps`` counts the completed sweeps over the
+    ``ops`` lists the continuous operations in order (``("kick", c)``: ``p += c ∂loglik/∂z``;
+    ``("rotate", c)``: the exact flow of ½z² + ½p² for time ``c``); ``sweeps`` counts the completed sweeps over the
     discontinuous coordinates; ``cursor`` is the sort key of the coordinate being swept
     (``None`` between sweeps)."""
 
@@ -110,14 +122,19 @@ class Trajectory:
         self.extended_in_sweep += self.cursor is not None
 
     def _extend_state(self, address, z, p, discontinuous):
-        if not discontinuous:
-            for op, c in self.ops:
-                if op == "kick":
-                    p -= c * z          # ∂U/∂z = z: the program does not use the coordinate
-                else:
-                    z += c * p
-            return z, p
         sweeps = self.sweeps + (self.cursor is not None and self.precedes(sort_key(address), self.cursor))
+        return self.replay(z, p, discontinuous, len(self.ops), sweeps)
+
+    def replay(self, z, p, discontinuous, n_ops, sweeps):
+        """A coordinate the program has not used, from ``(z, p)`` at time 0 through the first
+        ``n_ops`` continuous operations (a kick does not move it: its likelihood gradient is
+        0; a rotation is the exact flow of ½z² + ½p²) or ``sweeps`` harmonic updates. Both
+        keep its energy exactly, so no acceptance test depends on whether it is instantiated."""
+        if not discontinuous:
+            for op, c in self.ops[:n_ops]:
+                if op == "rotate":
+                    z, p = rotate(z, p, c)
+            return z, p
         for _ in range(sweeps):
             z, p = self.harmonic_update(z, p)
         return z, p

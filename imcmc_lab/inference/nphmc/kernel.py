@@ -14,7 +14,6 @@ momenta are negated and the direction bit flips.
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 
@@ -58,17 +57,8 @@ _LATTICE = ("NPHMC: {address} is a continuous choice moved as a discontinuous co
             "of values and the chain would not sample its posterior. Use jitter > 0 (default 0.5).")
 
 
-def _off_the_map(trace, values):
-    """A continuous latent whose value rounds to where its coordinate is infinite (a uniform's
-    value equal to an end: z beyond about -38 or 8.3). Accepting it would leave the next move
-    with an infinite energy: every later move would be rejected. Rejecting such proposals
-    restricts the target to the (1 - 1e-15) of it that float64 can represent."""
-    records = trace.flat_records()
-    for address in values:
-        dist = records[address].dist
-        if not dist.discrete and not math.isfinite(float(dist.to_reference(records[address].value))):
-            return address
-    return None
+def _scalar(value):
+    return float(value) if isinstance(value, torch.Tensor) and value.numel() == 1 else value
 
 
 def _observations(trace, selection):
@@ -108,9 +98,6 @@ class NPHMC(Kernel):
 
     def __init__(self, selection, step_size=0.1, n_steps=5, *, discontinuous=None, persistence=1.0,
                  lookahead=0, jitter=0.5, check=False, name=None):
-        warnings.warn("NPHMC is experimental: on the random-walk program with persistence 0.1 and "
-                      "look-ahead 2 a chain stopped moving (issue 18); check its answers on your model "
-                      "before relying on them.", UserWarning, stacklevel=2)
         super().__init__(name or f"nphmc({selection!r})")
         if not (0.0 < persistence <= 1.0):
             raise ValueError(f"NPHMC: persistence is the refresh weight α in (0, 1], got {persistence!r}")
@@ -125,6 +112,7 @@ class NPHMC(Kernel):
         self.step_size, self.n_steps, self.lookahead = float(step_size), int(n_steps), int(lookahead)
         self.persistence, self.jitter, self.check = float(persistence), float(jitter), check
         self.momentum, self.direction = {}, 1      # kept between moves
+        self.coordinates = {}                      # address -> (z, value) it left each latent at
         self.last_record = None
 
     # -- the move ------------------------------------------------------------
@@ -142,14 +130,27 @@ class NPHMC(Kernel):
             if disc and not dist.discrete and not self.jitter:
                 raise ImcmcError(_LATTICE.format(address=format_address(address)))
             try:
-                z = (redraw_in_interval(*dist.reference_interval(value)) if dist.discrete
-                     else float(dist.to_reference(value)))
+                z = self._coordinate(address, dist, value)
             except NoReferenceMap as exc:
                 raise no_map_error(address, dist, exc) from None
             old = self.momentum.get(address)
             p = draw_momentum(disc) if old is None or old[1] != disc else _refresh(old[0], disc, self.persistence)
             traj.add(address, z, p, disc)
         return traj
+
+    def _coordinate(self, address, dist, value):
+        """The coordinate of a latent value: a discrete one's redrawn in its interval; a
+        continuous one's the coordinate this kernel left it at, if the value is still the one
+        that coordinate maps to, else ``to_reference(value)``. (Far out, ``|z|`` beyond about
+        8.3 for a uniform, several coordinates map to the same float value — the end of its
+        support — and ``to_reference`` of it is infinite; a chain whose trajectories went
+        there used to reject them all, and the GMM's chains from some prior draws never moved.)"""
+        if dist.discrete:
+            return redraw_in_interval(*dist.reference_interval(value))
+        kept = self.coordinates.get(address)
+        if kept is not None and kept[1] == _scalar(value):
+            return kept[0]
+        return float(dist.to_reference(value))
 
     def step(self, trace):
         record = self.last_record = NPRecord()
@@ -170,9 +171,9 @@ class NPHMC(Kernel):
             new_trace, _, _ = trace.update(final.values)
             if new_trace.score == -math.inf:        # a value on the boundary of its support
                 accepted_at, record.reason = None, "the proposed trace has log-density -inf"
-            elif (edge := _off_the_map(new_trace, final.values)) is not None:
-                accepted_at = None
-                record.reason = f"{format_address(edge)}'s value does not map back to a finite coordinate"
+        kept = start if accepted_at is None else final
+        self.coordinates = {a: ((traj.z0 if kept is start else traj.z)[a], _scalar(v))
+                            for a, v in kept.values.items()}
         if accepted_at is None:
             self.momentum = {a: (-traj.p0[a], traj.disc[a]) for a in start.values}
             self.direction = -self.direction
