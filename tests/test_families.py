@@ -414,6 +414,7 @@ def test_chains_of_updates_through_remembered_families_are_identical():
             a, b = ta, tb
 
 
+@pytest.mark.usefixtures("compact_families_from_8")
 def test_split_merge_chains_are_identical_lowered_and_unlowered():
     """Fig. 1's kernel on both versions of the model: the lowered one keeps its families
     (and the means' and variances' floats, which the mixture reads) from move to move."""

@@ -23,6 +23,9 @@ from imcmc_lab.core.distributions.mixtures import MixtureOfNormals
 from imcmc_lab.examples import mixture, per_point, two_clusters
 from imcmc_lab.modeling.execution import count_work
 
+# Compact families are exercised from 8 elements on (the default threshold is 64).
+pytestmark = pytest.mark.usefixtures("compact_families_from_8")
+
 
 def _values(trace):
     out = []
@@ -396,3 +399,16 @@ def test_only_provably_single_choice_kernels_are_scored_together():
 
     for fn in (_point_run.fn, _attribute, _called, _default, _nested_address, _global_arithmetic, closure):
         assert single_choice_kernel(fn) is None, fn.__name__
+
+
+def test_families_are_compact_from_the_default_threshold_on():
+    """Without the test fixture: 64 points and more are held as one record, fewer one by one."""
+    from imcmc_lab.modeling import family_update
+    assert family_update.COMPACT_FAMILY == 8          # this module's fixture
+    family_update.COMPACT_FAMILY = 64
+    try:
+        for n, kinds in ((63, {"ChoiceRecord"}), (64, {"ChoiceRecord", "FamilyRecord"})):
+            trace, _ = _per_point_pair(n)
+            assert {type(r).__name__ for r in trace._records.values()} == kinds, n
+    finally:
+        family_update.COMPACT_FAMILY = 8

@@ -314,6 +314,7 @@ def _family(k, bad):
 
 @pytest.mark.parametrize("k", [3, 10])
 @pytest.mark.parametrize("bad", ["iadd", "loop", "slice"])
+@pytest.mark.usefixtures("compact_families_from_8")     # k = 10: a compact family
 def test_a_body_that_changes_a_lowered_familys_value_in_place_is_an_error(k, bad):
     assert _family.lowered
     torch.manual_seed(0)

@@ -38,6 +38,11 @@ __all__ = ["BULK_FAMILY", "Family", "family_addresses", "remember_family", "upda
 #: Families shorter than this go element by element: the bulk path's set operations
 #: cost about what a few kept elements cost through ``choice``.
 BULK_FAMILY = 8
+#: Families shorter than this are remembered element by element even when they could be
+#: compact: building and re-scoring a FamilyRecord costs more than a few element records
+#: (Fig. 1's split/merge at n = 100, K = 8, whose per-cluster families have 7 to 9 elements,
+#: ran 13% slower per move with compact families from 8 elements on).
+COMPACT_FAMILY = 64
 
 _NEG_INF = float("-inf")
 _DIST = operator.attrgetter("dist")
@@ -203,7 +208,8 @@ def remember_family(tracer, namespace, line, keys, addresses, dist, values):
     float64 values, one distribution, finite log-densities, no autograd terms."""
     recs = list(map(tracer.records.__getitem__, addresses))
     uniform = _uniform(recs, dist)
-    if uniform and type(keys) is range and tracer.grad_terms is None and not dist.discrete \
+    if uniform and type(keys) is range and len(keys) >= COMPACT_FAMILY and tracer.grad_terms is None \
+            and not dist.discrete \
             and not dist.event_shape:
         floats = plain_floats(values)
         if floats is not None:
