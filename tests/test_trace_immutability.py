@@ -369,3 +369,26 @@ def test_the_discard_of_update_detailed_is_protected_like_the_trace():
     result.discard[("mu",)].add_(1.0)                 # the old value: still ``trace``'s
     with pytest.raises(il.TraceChangedError, match="'mu'"):
         trace.update({})
+
+
+@il.gen
+def _shifts_its_argument(xs):
+    xs -= 1.0
+    return il.normal(xs.sum(), 1.0) @ "y"
+
+
+@il.gen
+def _calls_a_shifter(xs):
+    return _shifts_its_argument(xs) @ "inner"
+
+
+@pytest.mark.parametrize("model", [_shifts_its_argument, _calls_a_shifter])
+def test_a_body_that_changes_its_argument_in_place_is_an_error(model):
+    """Before: each update ran the body again on the trace's (already shifted) argument, so
+    the argument and the score drifted (-1, -2, -3, ...; score -18.9 where assess gave -5.4)."""
+    with pytest.raises(il.TraceChangedError, match=r"argument 'xs' \(argument 0\) in place.*xs = xs.clone\(\)"):
+        model.simulate(torch.zeros(3, dtype=torch.float64))
+    xs = torch.zeros(3, dtype=torch.float64)
+    with pytest.raises(il.TraceChangedError, match=r"argument 'xs'"):
+        model.generate((xs,), {})
+    assert torch.equal(xs, torch.zeros(3, dtype=torch.float64))      # the user's tensor is untouched

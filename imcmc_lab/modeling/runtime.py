@@ -21,7 +21,7 @@ import torch
 from ..core.address import did_you_mean, format_address, normalize_address
 from ..core.choicemap import ChoiceMap, as_choicemap, as_selection
 from ..core.effects import pop_handler, push_handler
-from ..errors import AddressError, ConstraintError
+from ..errors import AddressError, ConstraintError, TraceChangedError
 from .execution import Execution, Result, counters
 from .trace import DynamicTrace
 from .tracer import Assess, AssessFailure, Generate, Regenerate, Simulate, Update
@@ -30,6 +30,7 @@ __all__ = ["run_dynamic", "simulate", "generate", "assess", "update", "regenerat
            "differentiable_score", "owned", "OwnedChoices"]
 
 _NEG_INF = float("-inf")
+_Tensor = torch.Tensor
 _LOGPDF = operator.attrgetter("logpdf")
 
 
@@ -37,18 +38,38 @@ def run_dynamic(gen_fn, request):
     """Run a ``@gen`` function's body under the handler of ``request.mode``."""
     __tracebackhide__ = True  # IPython and pytest hide engine frames in user tracebacks
     tracer = request.mode(gen_fn, request)
+    args = request.args
+    # The trace keeps its arguments and re-runs the body on them in update: a body that
+    # changed one in place would drift on every update, so note the tensors' versions.
+    versions = [(a, a._version) for a in args if type(a) is _Tensor] if args else None
     saved = push_handler(tracer)
     counters.executions += 1
     try:
-        retval = gen_fn.fn(*request.args)
+        retval = gen_fn.fn(*args)
     finally:
         pop_handler(saved)
+    if versions:
+        for arg, version in versions:
+            if arg._version != version:
+                _argument_changed(gen_fn, args, arg)
     if tracer.handed:
         retval = tracer.check_handed(retval)
     tracer.finish()
     score = sum(map(_LOGPDF, tracer.records.values()), 0.0)     # in order, as a loop would
     trace = DynamicTrace(gen_fn, request.args, retval, score, tracer.records, tracer.families, tracer.compact)
     return Result(trace, tracer.weight, tracer.discard, tracer.fresh, tracer.n_used)
+
+
+def _argument_changed(gen_fn, args, arg):
+    position = next(i for i, a in enumerate(args) if a is arg)
+    code = getattr(gen_fn.fn, "__code__", None)
+    name = code.co_varnames[position] if code is not None and position < code.co_argcount else "x"
+    raise TraceChangedError(
+        f"the body of {gen_fn.name} changed its argument {name!r} (argument {position}) in place: "
+        f"the trace keeps its arguments and runs the body on them again in update, so the "
+        f"argument would change again on every update and the scores drift. Use an "
+        f"out-of-place operation, which makes a new tensor: `{name} = {name} - ...` instead of "
+        f"`{name} -= ...` or `{name}[i] = ...`; or copy first with `{name} = {name}.clone()`.")
 
 
 # ---------------------------------------------------------------------------
