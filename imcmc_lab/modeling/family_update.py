@@ -1,6 +1,6 @@
 """The indexed-family fast path of ``update``: a lowered ``[dist @ (ns, j) for j in keys]``.
 
-A family of at least :data:`BULK_FAMILY` scalar continuous choices over a ``range``,
+A family of at least :data:`COMPACT_FAMILY` (64) scalar continuous choices over a ``range``,
 one distribution and finite log-densities, is held *compact* in the trace
 (:class:`~.trace.FamilyRecord`: values and log-densities as two tensors). ``update``
 keeps it whole when its distribution is unchanged and nothing in it is constrained,
