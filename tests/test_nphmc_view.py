@@ -114,8 +114,9 @@ def test_a_list_of_records_gives_one_frame_per_move():
     # each move is a different picture: the static fallback keeps all of them
     html = view.static_html()
     assert html.count("<svg") == 5 and "imcmc-range" in html
-    # without the kernel, nothing says which coordinates are discontinuous
-    assert 'data-kind="discontinuous"' not in np_trajectory_frames(records)[0]
+    # without the kernel, the records still say which coordinates are discontinuous
+    assert 'data-kind="discontinuous"' in np_trajectory_frames(records)[0]
+    assert 'data-kind="continuous"' not in np_trajectory_frames(records)[0]
 
 
 def test_static_fallback_and_escaping():
@@ -139,3 +140,24 @@ def test_bad_sources_are_named():
     with pytest.raises(ValueError, match="no move yet"):
         NPTrajectoryView(_kernel())
 
+
+
+@il.gen
+def _discrete_and_continuous():
+    k = il.poisson(2.0) @ "k"
+    x = il.normal(k * 1.0, 1.0) @ "x"
+    return il.normal(x, 1.0) @ "y"
+
+
+def test_coordinates_moved_as_discontinuous_come_from_the_record():
+    """A discrete choice is moved as a discontinuous coordinate without being listed in
+    ``discontinuous=``; the record says so, and the view draws it as such."""
+    torch.manual_seed(3)
+    trace, _ = _discrete_and_continuous.generate((), {"y": 2.5})
+    kernel = il.NPHMC(il.select("k", "x"), 0.1, 5)
+    trace, _ = kernel(trace)
+    record = kernel.last_record
+    assert record.discontinuous == [("k",)]
+    groups = _groups(np_trajectory_frames(kernel)[-1])
+    assert groups[address_text(("k",))]["kind"] == "discontinuous"
+    assert groups[address_text(("x",))]["kind"] == "continuous"

@@ -23,4 +23,4 @@ from .tree import DotNotFound, TraceTree, trace_tree
 
 __all__ = ["InvolutionSchematic", "JacobianView", "SamplerStream", "trace_tree", "TraceTree", "DotNotFound",
            "Stages", "involution_stages", "JacobianLayout", "Throttle", "NPTrajectoryView", "np_trajectory_frames",
-           "NPTrajectory"]
+           "NPTrajectory", "ParticleView", "particle_frames"]

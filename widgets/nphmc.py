@@ -18,10 +18,10 @@ look-ahead's); the block where the move was accepted is tinted green, a rejected
 trajectory red. Lower panel: the dimension, the number of coordinates the run uses
 (solid) and of instantiated ones (dashed), per step.
 
-Which coordinates are discontinuous is not in the record: the view takes it from the
-kernel (``NPHMC(..., discontinuous=...)``) or its own ``discontinuous=`` argument, so a
-discrete choice that the kernel moves as discontinuous without being listed there is
-drawn as continuous.
+Which coordinates are discontinuous comes from the record (``record.discontinuous``: every
+coordinate the kernel moved as discontinuous, discrete choices included); for records
+without it, from the kernel (``NPHMC(..., discontinuous=...)``) or the view's own
+``discontinuous=`` argument.
 """
 
 from __future__ import annotations
@@ -66,8 +66,13 @@ class NPTrajectory:
                     self.first[address] = t
                     self.addresses.append(address)
         self.order = {a: i for i, a in enumerate(self.addresses)}
-        marked = as_selection(discontinuous or ())
-        self.kind = {a: "discontinuous" if a in marked else "continuous" for a in self.addresses}
+        recorded = getattr(record, "discontinuous", None)
+        if recorded is not None:
+            recorded = set(recorded)
+            self.kind = {a: "discontinuous" if a in recorded else "continuous" for a in self.addresses}
+        else:
+            marked = as_selection(discontinuous or ())
+            self.kind = {a: "discontinuous" if a in marked else "continuous" for a in self.addresses}
         self.dims = [len(u) for u in self.used]
         self.instantiated = [len(s) for s in self.steps]
         self.n_steps = n_steps or _steps_per_block(record, len(self.steps) - 1)
