@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import imcmc_lab as il
-from imcmc_lab.examples import mixture
+from imcmc_lab.examples import mixture, per_point
 from imcmc_lab.modeling.families import lower_families
 
 
@@ -498,3 +498,12 @@ def test_a_gen_cell_model_is_lowered():
     trace = model.simulate(12)
     plain = il.gen(model.__wrapped__, lower=False)
     assert _snapshot(plain.generate((12,), trace.get_choices())[0]) == _snapshot(trace)
+
+
+def test_families_are_compact_from_64_elements_on():
+    """A lowered family of 64 scalar choices or more is held as one record; fewer, one by one
+    (below that, building the compact record costs more than it saves)."""
+    for n, kinds in ((63, {"ChoiceRecord"}), (64, {"ChoiceRecord", "FamilyRecord"})):
+        given = {**per_point.observations(mixture.synthetic_data(n, seed=1)), "k": 1, ("mu", 1): 0.3}
+        trace = per_point.two_clusters_per_point.generate((n,), given)[0]
+        assert {type(r).__name__ for r in trace._records.values()} == kinds, n

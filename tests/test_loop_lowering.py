@@ -10,6 +10,7 @@ tests compare values and accept decisions exactly and scores to 1e-9.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import pickle
 import random
@@ -25,6 +26,24 @@ from imcmc_lab.modeling.execution import count_work
 
 # Compact families are exercised from 8 elements on (the default threshold is 64).
 pytestmark = pytest.mark.usefixtures("compact_families_from_8")
+
+
+@contextlib.contextmanager
+def _mixture_log_prob_calls():
+    """``(calls, work)``: the shapes ``MixtureOfNormals.log_prob`` was called on, and the
+    engine's work counters, inside the block."""
+    calls, original = [], MixtureOfNormals.log_prob
+
+    def counting(self, x):
+        calls.append(tuple(x.shape))
+        return original(self, x)
+
+    MixtureOfNormals.log_prob = counting
+    try:
+        with count_work() as work:
+            yield calls, work
+    finally:
+        MixtureOfNormals.log_prob = original
 
 
 def _values(trace):
@@ -98,19 +117,8 @@ def test_a_changed_distribution_is_rescored_by_one_call():
     assert math.isclose(weight, weight_plain, rel_tol=1e-12) and _values(new) == _values(new_plain)
     # the data are held as one compact record (values and log-densities as tensors)
     assert [type(r).__name__ for r in new._records.values()] == ["ChoiceRecord", "ChoiceRecord", "FamilyRecord"]
-    calls = []
-    original = MixtureOfNormals.log_prob
-
-    def counting(self, x):
-        calls.append(tuple(x.shape))
-        return original(self, x)
-
-    MixtureOfNormals.log_prob = counting
-    try:
-        with count_work() as work:
-            newer, _, _ = new.update({("mu", 1): -0.2})
-    finally:
-        MixtureOfNormals.log_prob = original
+    with _mixture_log_prob_calls() as (calls, work):
+        newer, _, _ = new.update({("mu", 1): -0.2})
     assert calls == [(200,)] and work.logpdf_evaluations == 201     # the data in one call, and mu
 
 
@@ -262,19 +270,8 @@ def test_regenerate_keeps_or_rescores_a_compact_family_the_selection_does_not_re
         tb, wb = b.regenerate(selection)
         _same(ta, tb)
         assert math.isclose(wa, wb, rel_tol=1e-12, abs_tol=1e-12), selection
-    calls = []
-    original = MixtureOfNormals.log_prob
-
-    def counting(self, x):
-        calls.append(tuple(x.shape))
-        return original(self, x)
-
-    MixtureOfNormals.log_prob = counting
-    try:
-        with count_work() as work:
-            new, _ = a.regenerate(il.select(("mu", 1)))
-    finally:
-        MixtureOfNormals.log_prob = original
+    with _mixture_log_prob_calls() as (calls, work):
+        new, _ = a.regenerate(il.select(("mu", 1)))
     assert calls == [(30,)] and work.logpdf_evaluations == 31      # the data in one call, and mu
     assert [type(r).__name__ for r in new._records.values()][-1] == "FamilyRecord"
 
@@ -400,15 +397,3 @@ def test_only_provably_single_choice_kernels_are_scored_together():
     for fn in (_point_run.fn, _attribute, _called, _default, _nested_address, _global_arithmetic, closure):
         assert single_choice_kernel(fn) is None, fn.__name__
 
-
-def test_families_are_compact_from_the_default_threshold_on():
-    """Without the test fixture: 64 points and more are held as one record, fewer one by one."""
-    from imcmc_lab.modeling import family_update
-    assert family_update.COMPACT_FAMILY == 8          # this module's fixture
-    family_update.COMPACT_FAMILY = 64
-    try:
-        for n, kinds in ((63, {"ChoiceRecord"}), (64, {"ChoiceRecord", "FamilyRecord"})):
-            trace, _ = _per_point_pair(n)
-            assert {type(r).__name__ for r in trace._records.values()} == kinds, n
-    finally:
-        family_update.COMPACT_FAMILY = 8

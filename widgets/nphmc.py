@@ -66,13 +66,9 @@ class NPTrajectory:
                     self.first[address] = t
                     self.addresses.append(address)
         self.order = {a: i for i, a in enumerate(self.addresses)}
-        recorded = getattr(record, "discontinuous", None)
-        if recorded is not None:
-            recorded = set(recorded)
-            self.kind = {a: "discontinuous" if a in recorded else "continuous" for a in self.addresses}
-        else:
-            marked = as_selection(discontinuous or ())
-            self.kind = {a: "discontinuous" if a in marked else "continuous" for a in self.addresses}
+        recorded = getattr(record, "discontinuous", None)     # older records: the kernel's setting
+        marked = set(recorded) if recorded is not None else as_selection(discontinuous or ())
+        self.kind = {a: "discontinuous" if a in marked else "continuous" for a in self.addresses}
         self.dims = [len(u) for u in self.used]
         self.instantiated = [len(s) for s in self.steps]
         self.n_steps = n_steps or _steps_per_block(record, len(self.steps) - 1)

@@ -41,7 +41,7 @@ def run_dynamic(gen_fn, request):
     args = request.args
     # The trace keeps its arguments and re-runs the body on them in update: a body that
     # changed one in place would drift on every update, so note the tensors' versions.
-    versions = [(a, a._version) for a in args if type(a) is _Tensor] if args else None
+    versions = [(i, a, a._version) for i, a in enumerate(args) if type(a) is _Tensor] if args else None
     saved = push_handler(tracer)
     counters.executions += 1
     try:
@@ -49,9 +49,9 @@ def run_dynamic(gen_fn, request):
     finally:
         pop_handler(saved)
     if versions:
-        for arg, version in versions:
+        for position, arg, version in versions:
             if arg._version != version:
-                _argument_changed(gen_fn, args, arg)
+                _argument_changed(gen_fn, position)
     if tracer.handed:
         retval = tracer.check_handed(retval)
     tracer.finish()
@@ -60,8 +60,7 @@ def run_dynamic(gen_fn, request):
     return Result(trace, tracer.weight, tracer.discard, tracer.fresh, tracer.n_used)
 
 
-def _argument_changed(gen_fn, args, arg):
-    position = next(i for i, a in enumerate(args) if a is arg)
+def _argument_changed(gen_fn, position):
     code = getattr(gen_fn.fn, "__code__", None)
     name = code.co_varnames[position] if code is not None and position < code.co_argcount else "x"
     raise TraceChangedError(
