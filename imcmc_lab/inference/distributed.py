@@ -566,10 +566,8 @@ def run_chains(kernel, trace, steps: int, chains=None, executor=None, seed=None,
     seed = np.random.SeedSequence().entropy if seed is None else seed
     seeds = chain_seeds(seed, len(starts))
     where = _resolve_executor(executor, len(starts))
-    if isinstance(trace, (list, tuple)):
-        payloads = [_payload(kernel, start, record) for start in starts]
-    else:
-        payloads = [_payload(kernel, trace, record)] * len(starts)
+    payloads = ([_payload(kernel, start, record) for start in starts] if isinstance(trace, (list, tuple))
+                else [_payload(kernel, trace, record)] * len(starts))     # one start: pickled once
     bar = _Progress(progress, steps * len(starts), kernel.name)
     controls = _Controls(bar, stop, pause, on_samples)
     try:
