@@ -18,7 +18,9 @@ reference code):
    weights, and discards ``--walk-burn`` moves. (A plain draw can be a walk that reaches
    the distance limit: its log-likelihood, about -3960, is flat in that region, and one such
    run of 10 stayed there for all 1,460 moves, for α = 1 as for α = 0.1.) ESS: ArviZ's bulk ESS, per run, summed over runs; and of
-   the 10 runs pooled as chains (which also counts the disagreement between runs).
+   the 10 runs pooled as chains (which also counts the disagreement between runs), also with
+   ``method="mean"`` (NumPyro's estimator, which the thesis used). ``--walk-coordinates
+   normal`` runs the N(0, 1) coordinates instead of the default unit ones.
 
 LPPD = Σ over the 50 test points of log (mean over the kept samples of the point's mixture
 density), the first 10% of each run discarded (as the reference code's burn-in does). The
@@ -140,7 +142,8 @@ def walk_ess(runs, burn, keep=960, alphas=(1.0, 0.5, 0.1), coordinates="unit"):
         per_run = [float(az.ess(chains[i:i + 1])) for i in range(runs)]
         thesis = THESIS["walk"].get(alpha, "-")
         print(f"walk ({coordinates}) α={alpha:<4} {runs} × {keep} kept (burn-in {burn}): ESS summed over runs {sum(per_run):6.0f}, "
-              f"pooled {float(az.ess(chains)):5.0f}, mean start {chains.mean():.4f} (exact 0.5910), "
+              f"pooled {float(az.ess(chains)):5.0f} (method 'mean', as the thesis's NumPyro ESS: "
+              f"{float(az.ess(chains, method='mean')):5.0f}), mean start {chains.mean():.4f} (exact 0.5910), "
               f"{sum(gradients)} gradient evaluations, {time.process_time() - start:.0f} s   (thesis {thesis})",
               flush=True)
 
