@@ -18,7 +18,9 @@ reference code):
    weights, and discards ``--walk-burn`` moves. (A plain draw can be a walk that reaches
    the distance limit: its log-likelihood, about -3960, is flat in that region, and one such
    run of 10 stayed there for all 1,460 moves, for α = 1 as for α = 0.1.) ESS: ArviZ's bulk ESS, per run, summed over runs; and of
-   the 10 runs pooled as chains (which also counts the disagreement between runs).
+   the 10 runs pooled as chains (which also counts the disagreement between runs), also with
+   ``method="mean"`` (NumPyro's estimator, which the thesis used). ``--walk-coordinates
+   normal`` runs the N(0, 1) coordinates instead of the default unit ones.
 
 LPPD = Σ over the 50 test points of log (mean over the kept samples of the point's mixture
 density), the first 10% of each run discarded (as the reference code's burn-in does). The
@@ -98,7 +100,7 @@ def geometric_speed(moves):
     print(f"geometric NP-DHMC (L=5, ε=0.1): {rate:.0f} iterations/s (CPU)   (thesis {THESIS['geometric']})")
 
 
-def walk_chain(alpha, seed, burn, keep):
+def walk_chain(alpha, seed, burn, keep, coordinates="unit"):
     """One walk chain: the kept starts, the gradient evaluations of the kept moves, and the
     total energy H at the start of each kept move."""
     torch.manual_seed(seed)
@@ -106,7 +108,7 @@ def walk_chain(alpha, seed, burn, keep):
     weights = torch.tensor([w for _, w in draws], dtype=torch.float64)       # a start in the posterior's bulk
     trace = draws[int(torch.multinomial(torch.softmax(weights, 0), 1))][0]
     kernel = il.NPHMC(il.select("start", "step"), 0.1, 5, discontinuous=il.select("start", "step"),
-                      persistence=alpha)
+                      persistence=alpha, coordinates=coordinates)
     starts, gradients, energies = [], 0, []
     for i in range(burn + keep):
         trace, _ = kernel(trace)
@@ -118,29 +120,30 @@ def walk_chain(alpha, seed, burn, keep):
     return starts, gradients, energies
 
 
-def walk_energy(moves=3000, alphas=(1.0, 0.5, 0.1)):
+def walk_energy(moves=3000, alphas=(1.0, 0.5, 0.1), coordinates="unit"):
     """Integrated autocorrelation times (moves / ESS) of the start and of the energy H, one
     chain per α: why persistence helps the walk less than the thesis reports."""
     import arviz as az
 
     for alpha in alphas:
-        starts, _, energies = walk_chain(alpha, 3, 100, moves)
+        starts, _, energies = walk_chain(alpha, 3, 100, moves, coordinates)
         tau = [moves / float(az.ess(np.array(x)[None])) for x in (starts, energies)]
-        print(f"walk α={alpha:<4} {moves} moves: autocorrelation time of the start {tau[0]:.1f} moves, "
+        print(f"walk ({coordinates}) α={alpha:<4} {moves} moves: autocorrelation time of the start {tau[0]:.1f} moves, "
               f"of H {tau[1]:.1f} moves", flush=True)
 
 
-def walk_ess(runs, burn, keep=960, alphas=(1.0, 0.5, 0.1)):
+def walk_ess(runs, burn, keep=960, alphas=(1.0, 0.5, 0.1), coordinates="unit"):
     import arviz as az
 
     for alpha in alphas:
         start = time.process_time()
-        chains, gradients, _ = zip(*(walk_chain(alpha, seed, burn, keep) for seed in range(runs)))
+        chains, gradients, _ = zip(*(walk_chain(alpha, seed, burn, keep, coordinates) for seed in range(runs)))
         chains = np.array(chains)
         per_run = [float(az.ess(chains[i:i + 1])) for i in range(runs)]
         thesis = THESIS["walk"].get(alpha, "-")
-        print(f"walk α={alpha:<4} {runs} × {keep} kept (burn-in {burn}): ESS summed over runs {sum(per_run):6.0f}, "
-              f"pooled {float(az.ess(chains)):5.0f}, mean start {chains.mean():.4f} (exact 0.5910), "
+        print(f"walk ({coordinates}) α={alpha:<4} {runs} × {keep} kept (burn-in {burn}): ESS summed over runs {sum(per_run):6.0f}, "
+              f"pooled {float(az.ess(chains)):5.0f} (method 'mean', as the thesis's NumPyro ESS: "
+              f"{float(az.ess(chains, method='mean')):5.0f}), mean start {chains.mean():.4f} (exact 0.5910), "
               f"{sum(gradients)} gradient evaluations, {time.process_time() - start:.0f} s   (thesis {thesis})",
               flush=True)
 
@@ -154,14 +157,16 @@ def main():
     parser.add_argument("--dpmm-moves", type=int, default=150)
     parser.add_argument("--walk-runs", type=int, default=10)
     parser.add_argument("--walk-burn", type=int, default=100)
+    parser.add_argument("--walk-coordinates", choices=("unit", "normal"), default="unit",
+                        help="the walk's coordinates: U(0, 1) (the default) or N(0, 1) reference")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.only in (None, "geometric"):
         geometric_speed(300 if args.quick else 3000)
     if args.only in (None, "walk"):
-        walk_ess(2 if args.quick else args.walk_runs, args.walk_burn)
+        walk_ess(2 if args.quick else args.walk_runs, args.walk_burn, coordinates=args.walk_coordinates)
     if args.only == "walk-energy":
-        walk_energy()
+        walk_energy(coordinates=args.walk_coordinates)
     if args.only in (None, "mixtures"):
         if args.quick:
             mixtures(runs=1, gmm_moves=100, dpmm_moves=40)

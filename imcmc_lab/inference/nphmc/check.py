@@ -32,9 +32,9 @@ __all__ = ["check_nphmc", "run_back", "lookahead_problem", "NPCheckReport"]
 def run_back(trace, observations, forward, selection, discontinuous, n_steps, tol=1e-7):
     """Run ``n_steps`` back from the end of ``forward``; ``None`` if the trajectory returns to
     its start, else a sentence naming the addresses that do not."""
-    back = Trajectory(forward.step_size, -forward.direction)
+    back = Trajectory(forward.step_size, -forward.direction, forward.unit_uniforms)
     for a, disc in forward.disc.items():
-        back.add(a, forward.z[a], -forward.p[a], disc)
+        back.add(a, forward.z[a], -forward.p[a], disc, forward.unit[a])
     integrator = Integrator(trace, observations, back, selection, discontinuous)
     for _ in range(n_steps):
         if not integrator.step():
@@ -62,15 +62,16 @@ def _draw(model, args, observations, selection, max_latent):
 
 def lookahead_problem(forward, block_ends, tol=1e-9):
     """``None`` if every coordinate instantiated after the end of a look-ahead block had the
-    same energy (½z² + kinetic) there as at time 0, else a sentence naming one that did not.
+    same energy (reference potential + kinetic) there as at time 0, else a sentence naming one that did not.
     ``block_ends``: ``(number of operations, sweeps, instantiated addresses)`` per block."""
     for block, (n_ops, sweeps, present) in enumerate(block_ends[:-1], start=1):
         for a in forward.disc:
             if a in present:
                 continue
             z0, p0, disc = forward.z0[a], forward.p0[a], forward.disc[a]
-            z, p = forward.replay(z0, p0, disc, n_ops, sweeps)
-            e0, e = 0.5 * z0 * z0 + kinetic(p0, disc), 0.5 * z * z + kinetic(p, disc)
+            z, p = forward.replay(z0, p0, disc, n_ops, sweeps, forward.unit[a])
+            e0 = forward.reference_energy(a, z0) + kinetic(p0, disc)
+            e = forward.reference_energy(a, z) + kinetic(p, disc)
             if abs(e - e0) > tol * (1 + e0):
                 return (f"look-ahead: {format_address(a)}, first needed after block {block}, had energy "
                         f"{e0:.12g} at time 0 and {e:.12g} at the end of block {block}: the acceptance test "

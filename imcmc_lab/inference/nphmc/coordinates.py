@@ -1,17 +1,30 @@
 """Reference coordinates of a nonparametric HMC trajectory, and running the program in them.
 
 Every latent scalar choice ``a`` (an address of the kernel's selection) has a coordinate
-``z_a`` with reference measure N(0, 1) and value ``v_a = F_a⁻¹(Φ(z_a))`` (see
-:mod:`imcmc_lab.core.distributions.reference`). The potential energy is
+``z_a`` with a reference measure μ_a and a map to its value under which μ_a becomes the
+choice's prior, so that the prior densities are expressed by the map:
 
-    U(z) = -log L(v(z)) + ½ Σ z_a²       (sum over every *instantiated* coordinate)
+* **normal** coordinates: μ_a = N(0, 1), ``v_a = F_a⁻¹(Φ(z_a))`` (see
+  :mod:`imcmc_lab.core.distributions.reference`); reference potential ½z_a²;
+* **unit** coordinates (a ``uniform(lo, hi)`` choice moved as a discontinuous coordinate,
+  with ``coordinates="unit"``): μ_a = U(0, 1), ``v_a = lo + (hi - lo) z_a``; reference
+  potential 0 inside [0, 1] and an infinite wall outside (the coordinate-wise update
+  reflects there). This is the uniform sampler of the trace semantics the thesis cites
+  (Mak et al. 2021a; "Nonparametric Involutive MCMC", Sec. 3.2.1): in the box a
+  coordinate whose likelihood is flat keeps moving at speed ε whatever its energy, where
+  in the N(0, 1) well a chain with little kinetic energy stays near the bottom.
 
-where ``L`` holds the densities of the choices that are not latent (observations): the
-latent prior densities are expressed by the map. A coordinate the program does not use
-is a harmonic oscillator; so is one that is not instantiated yet, which is why an
-extension is drawn at time 0 and *replayed* through every operation of the trajectory so
-far (:meth:`Trajectory.extend`): the trajectory then is the one it would have been had
-that coordinate been drawn at the start, and the move is an exact involution.
+The potential energy is
+
+    U(z) = -log L(v(z)) + Σ V_a(z_a)       (sum over every *instantiated* coordinate)
+
+where ``L`` holds the densities of the choices that are not latent (observations) and
+``V_a`` is the reference potential. A coordinate the program does not use moves under its
+reference potential alone (a harmonic oscillator, or free flight between walls), and so
+does one that is not instantiated yet, which is why an extension is drawn at time 0 from
+μ_a and *replayed* through every operation of the trajectory so far
+(:meth:`Trajectory.extend`): the trajectory then is the one it would have been had that
+coordinate been drawn at the start, and the move is an exact involution.
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ import threading
 import torch
 
 from ...core.address import format_address
+from ...core.distributions.continuous import Uniform
 from ...core.distributions.reference import NoReferenceMap, ndtr, ndtri
 from ...core.values import DTYPE
 from ...errors import ImcmcError
@@ -31,7 +45,7 @@ from ...modeling.trace import ChoiceRecord
 from ...modeling.tracer import Assess, AssessFailure, describe_line
 
 __all__ = ["Trajectory", "Evaluation", "evaluate", "sort_key", "laplace_to_gauss", "gauss_to_laplace",
-           "kinetic", "rotate", "redraw_in_interval", "no_map_error"]
+           "kinetic", "rotate", "redraw_in_interval", "no_map_error", "unit_coordinate"]
 
 _LOG2 = math.log(2.0)
 
@@ -97,69 +111,91 @@ class Trajectory:
     ``ops`` lists the continuous operations in order (``("kick", c)``: ``p += c ∂loglik/∂z``;
     ``("rotate", c)``: the exact flow of ½z² + ½p² for time ``c``); ``sweeps`` counts the completed sweeps over the
     discontinuous coordinates; ``cursor`` is the sort key of the coordinate being swept
-    (``None`` between sweeps)."""
+    (``None`` between sweeps). ``unit[a]``: whether ``a`` is a unit coordinate (reference
+    U(0, 1)) rather than a normal one; ``unit_uniforms``: whether a uniform choice moved as a
+    discontinuous coordinate gets a unit coordinate (the kernel's ``coordinates="unit"``)."""
 
-    def __init__(self, step_size: float, direction: int):
-        self.step_size, self.direction = step_size, direction
-        self.z, self.p, self.z0, self.p0, self.disc = {}, {}, {}, {}, {}
+    def __init__(self, step_size: float, direction: int, unit_uniforms: bool = False):
+        self.step_size, self.direction, self.unit_uniforms = step_size, direction, unit_uniforms
+        self.z, self.p, self.z0, self.p0, self.disc, self.unit = {}, {}, {}, {}, {}, {}
         self.ops, self.sweeps, self.cursor = [], 0, None
         self.extended = []          # addresses instantiated after time 0, in order
         self.extended_in_sweep = 0  # how many of them in the middle of a sweep
 
-    def add(self, address, z, p, discontinuous):
+    def wants_unit(self, dist, discontinuous: bool) -> bool:
+        """Whether a choice of ``dist`` gets a unit coordinate in this trajectory."""
+        return self.unit_uniforms and discontinuous and type(dist) is Uniform
+
+    def add(self, address, z, p, discontinuous, unit=False):
         """A coordinate present at time 0 (from the current trace)."""
         self.z[address] = self.z0[address] = z
         self.p[address] = self.p0[address] = p
-        self.disc[address] = discontinuous
+        self.disc[address], self.unit[address] = discontinuous, unit
 
-    def extend(self, address, discontinuous):
+    def extend(self, address, discontinuous, unit=False):
         """Instantiate ``address`` mid-trajectory: draw ``(z, p)`` at time 0 from the reference
         and replay the coordinate's own dynamics through every operation so far."""
-        z0, p0 = float(torch.randn((), dtype=DTYPE)), draw_momentum(discontinuous)
-        self.z0[address], self.p0[address], self.disc[address] = z0, p0, discontinuous
+        z0 = float(torch.rand((), dtype=DTYPE) if unit else torch.randn((), dtype=DTYPE))
+        p0 = draw_momentum(discontinuous)
+        self.z0[address], self.p0[address] = z0, p0
+        self.disc[address], self.unit[address] = discontinuous, unit
         self.z[address], self.p[address] = self._extend_state(address, z0, p0, discontinuous)
         self.extended.append(address)
         self.extended_in_sweep += self.cursor is not None
 
     def _extend_state(self, address, z, p, discontinuous):
         sweeps = self.sweeps + (self.cursor is not None and self.precedes(sort_key(address), self.cursor))
-        return self.replay(z, p, discontinuous, len(self.ops), sweeps)
+        return self.replay(z, p, discontinuous, len(self.ops), sweeps, self.unit[address])
 
-    def replay(self, z, p, discontinuous, n_ops, sweeps):
+    def replay(self, z, p, discontinuous, n_ops, sweeps, unit=False):
         """A coordinate the program has not used, from ``(z, p)`` at time 0 through the first
         ``n_ops`` continuous operations (a kick does not move it: its likelihood gradient is
-        0; a rotation is the exact flow of ½z² + ½p²) or ``sweeps`` harmonic updates. Both
-        keep its energy exactly, so no acceptance test depends on whether it is instantiated."""
+        0; a rotation is the exact flow of ½z² + ½p²) or ``sweeps`` coordinate-wise updates
+        under its reference potential. Both keep its energy exactly, so no acceptance test
+        depends on whether it is instantiated."""
         if not discontinuous:
             for op, c in self.ops[:n_ops]:
                 if op == "rotate":
                     z, p = rotate(z, p, c)
             return z, p
         for _ in range(sweeps):
-            z, p = self.harmonic_update(z, p)
+            z, p = self.reference_update(z, p, unit)
         return z, p
 
     def precedes(self, key, other) -> bool:
         """Whether ``key`` comes before ``other`` in this trajectory's sweep direction."""
         return key < other if self.direction > 0 else key > other
 
-    def harmonic_update(self, z, p):
-        """One coordinate-wise (Laplace momentum) update of an unused coordinate: U = ½ z²."""
+    @staticmethod
+    def reference_change(z, z_new, unit) -> float:
+        """``V(z_new) - V(z)`` of a coordinate's reference potential (``inf``: a unit
+        coordinate would leave [0, 1])."""
+        if unit:
+            return 0.0 if 0.0 <= z_new <= 1.0 else math.inf
+        return 0.5 * (z_new * z_new - z * z)
+
+    def reference_update(self, z, p, unit=False):
+        """One coordinate-wise (Laplace momentum) update of an unused coordinate under its
+        reference potential alone: ½z² (normal) or free flight between walls at 0 and 1 (unit)."""
         step = math.copysign(self.step_size, p)
-        delta = 0.5 * ((z + step) ** 2 - z * z)
+        delta = self.reference_change(z, z + step, unit)
         if abs(p) > delta:
             return z + step, p - math.copysign(1.0, p) * delta
         return z, -p
+
+    def reference_energy(self, address, z) -> float:
+        """``V_a(z)``: ½z² for a normal coordinate, 0 for a unit one (inside [0, 1])."""
+        return 0.0 if self.unit[address] else 0.5 * z * z
 
     def continuous(self):
         return [a for a, d in self.disc.items() if not d]
 
     def energy(self, at_start: bool, loglik: float, addresses=None):
-        """``(U, K)`` of the coordinates ``addresses`` (default: all) at time 0 or now:
-        ``U = -loglik + ½ Σ z²``, ``K = Σ kinetic(p)``."""
+        """``(U, K, prior)`` of the coordinates ``addresses`` (default: all) at time 0 or now:
+        ``U = -loglik + Σ V_a(z_a)``, ``K = Σ kinetic(p)``, ``prior = Σ V_a(z_a)``."""
         z, p = (self.z0, self.p0) if at_start else (self.z, self.p)
         addresses = self.disc if addresses is None else addresses
-        prior = 0.5 * sum(z[a] * z[a] for a in addresses)
+        prior = sum(self.reference_energy(a, z[a]) for a in addresses)
         return -loglik + prior, sum(kinetic(p[a], self.disc[a]) for a in addresses), prior
 
 
@@ -202,16 +238,25 @@ class _Run:
                              f"scalar choices, or leave it out of the selection.")
         traj = self.trajectory
         disc = dist.discrete or address in self.discontinuous
+        unit = traj.wants_unit(dist, disc)
         if address not in traj.disc:
-            traj.extend(address, disc)
+            traj.extend(address, disc, unit)
         elif traj.disc[address] != disc:
             raise ImcmcError(f"NPHMC: the coordinate {format_address(address)} ({describe_line(line)}) was "
                              f"{'discontinuous' if traj.disc[address] else 'continuous'} earlier in the "
                              f"trajectory and is now {dist!r}; list it in `discontinuous=` so that it is "
                              f"discontinuous in every branch.")
+        elif traj.unit[address] != unit:
+            raise ImcmcError(f"NPHMC: the coordinate {format_address(address)} ({describe_line(line)}) was a "
+                             f"{'uniform' if traj.unit[address] else 'non-uniform'} choice earlier in the "
+                             f"trajectory and is now {dist!r}: with coordinates='unit' a discontinuous uniform "
+                             f"choice has a U(0, 1) coordinate and any other an N(0, 1) one, so the address "
+                             f"must keep its kind. Use coordinates='normal'.")
         z = traj.z[address]
         try:
-            if dist.discrete:
+            if unit:
+                value = _unit_value(dist, z)
+            elif dist.discrete:
                 value = dist.from_reference(z)
             elif self.need_grad and not disc:
                 leaf = self.leaves[address] = torch.tensor(z, dtype=DTYPE, requires_grad=True)
@@ -223,6 +268,17 @@ class _Run:
             raise no_map_error(address, dist, exc, f" ({describe_line(line)})") from None
         self.values[address] = value
         return value
+
+
+def _unit_value(dist, u: float):
+    """The value ``lo + (hi - lo) u`` of a uniform choice's unit coordinate."""
+    return dist.lo + (dist.hi - dist.lo) * u
+
+
+def unit_coordinate(dist, value) -> float:
+    """The unit coordinate ``(v - lo) / (hi - lo)`` of a uniform choice's value."""
+    lo, hi = float(dist.lo), float(dist.hi)
+    return (float(value) - lo) / (hi - lo)
 
 
 _active = threading.local()

@@ -7,7 +7,9 @@ the continuous momenta by the likelihood's gradient and a rotation is the exact 
 reference part ½z² + ½p² (the Gaussian splitting of Shahbaba, Lan, Johnson and Neal, "Split
 Hamiltonian Monte Carlo"). A coordinate the program does not use then keeps its energy
 exactly, as a discontinuous one does under the sweep: the look-ahead's acceptance test after
-block i then does not depend on coordinates first needed in a later block. (With leapfrog on
+block i then does not depend on coordinates first needed in a later block. (An unused
+discontinuous coordinate moves under its reference potential: a harmonic oscillator for a
+normal coordinate, free flight between walls for a unit one.) (With leapfrog on
 U = -loglik + ½z² it did, by O(ε²), and the look-ahead move was not an exact involution on
 programs that instantiate continuous coordinates mid-trajectory.) The sweep visits the
 discontinuous coordinates in the canonical address order, ascending or descending by the
@@ -78,8 +80,9 @@ class Integrator:
             i += 1
             if address in used:
                 loglik, used = self.update_coordinate(address, loglik, used)
-            else:       # the program does not read it here: its own (harmonic) dynamics, exactly
-                traj.z[address], traj.p[address] = traj.harmonic_update(traj.z[address], traj.p[address])
+            else:       # the program does not read it here: its reference dynamics, exactly
+                traj.z[address], traj.p[address] = traj.reference_update(traj.z[address], traj.p[address],
+                                                                         traj.unit[address])
             if len(traj.extended) > seen:      # instantiated now: swept later iff after the cursor
                 later = [(sort_key(a), a) for a in traj.extended[seen:]
                          if traj.disc[a] and traj.precedes(key, sort_key(a))]
@@ -91,17 +94,20 @@ class Integrator:
 
     def update_coordinate(self, address, loglik, used):
         """Move ``z_a`` by ±ε (sign of its Laplace momentum) if the momentum pays for the
-        energy change, else reflect the momentum. Returns the log-likelihood and the
-        coordinates the program uses at the resulting position."""
+        energy change, else reflect the momentum (at once, without running the program, if a
+        unit coordinate would leave [0, 1]). Returns the log-likelihood and the coordinates
+        the program uses at the resulting position."""
         traj = self.trajectory
         z, p = traj.z[address], traj.p[address]
         step = math.copysign(traj.step_size, p)
-        traj.z[address] = z + step
-        proposed = self.evaluate()
-        delta = -(proposed.loglik - loglik) + 0.5 * ((z + step) ** 2 - z * z)
-        if abs(p) > delta:
-            traj.p[address] = p - math.copysign(1.0, p) * delta
-            return proposed.loglik, set(proposed.values)
+        reference = traj.reference_change(z, z + step, traj.unit[address])
+        if reference < math.inf:
+            traj.z[address] = z + step
+            proposed = self.evaluate()
+            delta = -(proposed.loglik - loglik) + reference
+            if abs(p) > delta:
+                traj.p[address] = p - math.copysign(1.0, p) * delta
+                return proposed.loglik, set(proposed.values)
         traj.z[address], traj.p[address] = z, -p
         return loglik, used
 
