@@ -106,10 +106,13 @@ class TransformRun:
         :class:`~imcmc_lab.modeling.runtime.OwnedChoices`: the backend's written values are
         the engine's own, copied values come from the input traces (never modified)."""
         out = OwnedChoices()
+        floats = self.backend.floats      # the float path writes new tensors that need no detach
         for (s, address), w in self.writes.items():
             if s == side:
                 v = w.value
-                out[address] = v.detach() if detach and isinstance(v, torch.Tensor) else v
+                if detach and isinstance(v, torch.Tensor) and (not floats or v.requires_grad):
+                    v = v.detach()
+                out[address] = v
         for c in self.copies:
             if c.dst_side == side:
                 out[c.dst_address] = c.value
@@ -127,6 +130,7 @@ class _Interpreter:
         self.run = run
         self.traces = {MODEL: run.model_in, AUX: run.aux_in}
         self.backend = run.backend
+        self.reads, self.writes, self.copied_to = run.reads, run.writes, run.copied_to
 
     def handles(self, one_trace_names=None):
         if one_trace_names:
@@ -158,8 +162,9 @@ class _Interpreter:
         trace = self.traces[handle.side] if handle.is_input else None     # _input's hot path
         if trace is None:
             trace = self._input(ref, "read of", line)      # raises, naming the misuse
-        key = (handle.side, ref.address)
-        seen = self.run.reads.get(key)
+        address = ref.address
+        key = (handle.side, address)
+        seen = self.reads.get(key)
         if seen is not None:
             if seen.label is not label:
                 raise LabelError(
@@ -167,7 +172,7 @@ class _Interpreter:
                     f"{seen.label} before ({_where(seen.line)})."
                 )
             return seen.tracked if seen.leaf is not None else seen.value
-        record = trace.flat_records().get(ref.address) if ref.address else None   # cached; _account needs it too
+        record = trace.flat_records().get(address) if address else None   # cached; _account needs it too
         if record is None:
             if ref.address == () or ref.address in trace:
                 # A sub-call's return value or a namespace: discrete information only.
@@ -198,11 +203,11 @@ class _Interpreter:
             if isinstance(value, torch.Tensor):
                 # the trace's own tensor: an in-place change is caught when the trace is
                 # used next (see modeling/trace.py, Loans)
-                trace._lend_record(ref.address, record)
-            self.run.reads[key] = Read(ref.handle.side, ref.address, label, value, None, line)
+                trace._lend_record(address, record)
+            self.reads[key] = Read(key[0], address, label, value, None, line)
             return value
         leaf, tracked = self.backend.leaf(record)
-        self.run.reads[key] = Read(ref.handle.side, ref.address, label, record.value, leaf, line, tracked)
+        self.reads[key] = Read(key[0], address, label, record.value, leaf, line, tracked)
         return tracked
 
     def exists(self, ref: AddressRef, line) -> bool:
@@ -221,7 +226,7 @@ class _Interpreter:
         if not ref.address:
             raise TransformError(f"{what} {ref.describe()} ({_where(line)}): give an address to write")
         key = (handle.side, ref.address)
-        earlier = self.run.writes.get(key) or self.run.copied_to.get(key)
+        earlier = self.writes.get(key) or self.copied_to.get(key)
         if earlier is not None:
             raise TransformError(
                 f"{ref.describe()} is written twice: at {_where(earlier.line)} and again at "
@@ -232,7 +237,7 @@ class _Interpreter:
     def write(self, ref: AddressRef, value, label, line):
         key = self._output(ref, "write to", line)
         value, tangent = self.backend.written(value, label)
-        self.run.writes[key] = Write(key[0], key[1], label, value, line, tangent)
+        self.writes[key] = Write(key[0], key[1], label, value, line, tangent)
 
     # -- copy ------------------------------------------------------------
     def copy(self, src: AddressRef, dst: AddressRef, line):
