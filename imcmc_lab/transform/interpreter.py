@@ -131,6 +131,10 @@ class _Interpreter:
         self.traces = {MODEL: run.model_in, AUX: run.aux_in}
         self.backend = run.backend
         self.reads, self.writes, self.copied_to = run.reads, run.writes, run.copied_to
+        # every choice of each input trace by address (cached on the trace, which is
+        # immutable; _account uses them too)
+        self.flats = {MODEL: run.model_in.flat_records(),
+                      AUX: run.aux_in.flat_records() if run.aux_in is not None else None}
 
     def handles(self, one_trace_names=None):
         if one_trace_names:
@@ -172,7 +176,7 @@ class _Interpreter:
                     f"{seen.label} before ({_where(seen.line)})."
                 )
             return seen.tracked if seen.leaf is not None else seen.value
-        record = trace.flat_records().get(address) if address else None   # cached; _account needs it too
+        record = self.flats[handle.side].get(address) if address else None
         if record is None:
             if ref.address == () or ref.address in trace:
                 # A sub-call's return value or a namespace: discrete information only.
@@ -235,7 +239,10 @@ class _Interpreter:
         return key
 
     def write(self, ref: AddressRef, value, label, line):
-        key = self._output(ref, "write to", line)
+        handle, address = ref.handle, ref.address
+        key = (handle.side, address)
+        if handle.is_input or not address or key in self.writes or key in self.copied_to:
+            self._output(ref, "write to", line)        # raises, naming the misuse
         value, tangent = self.backend.written(value, label)
         self.writes[key] = Write(key[0], key[1], label, value, line, tangent)
 
@@ -297,6 +304,9 @@ def run_transform(f: Transform, model_trace, aux_trace, args=(), autodiff=None) 
 
 def _run_on(backend, f, model_trace, aux_trace, names, args):
     run = TransformRun(f, model_trace, aux_trace, backend)
+    if backend.floats:          # (its running() is a null context: two Python calls saved)
+        run.retval = f.run_on(_Interpreter(run).handles(names), *args)
+        return run
     with backend.running():
         run.retval = f.run_on(_Interpreter(run).handles(names), *args)
     return run
