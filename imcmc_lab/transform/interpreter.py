@@ -17,6 +17,7 @@ runs again on torch autograd leaves (:mod:`.autograd_backend`).
 from __future__ import annotations
 
 import linecache
+from operator import itemgetter
 
 import torch
 
@@ -41,8 +42,14 @@ def _where(line) -> str:
     return f"line {lineno}: {text}" if text else f"line {lineno}"
 
 
-class Read:
-    """A read of an input address.
+# Read and Write are immutable records made for every statement of every move: tuples
+# with named fields, made by the interpreter with tuple.__new__ (no Python-level call).
+_tuple_new = tuple.__new__
+
+
+class Read(tuple):
+    """A read of an input address: ``side``, ``address``, ``label``, ``value``, ``leaf``,
+    ``line``, ``tracked``.
 
     For continuous reads ``leaf`` stands for the Jacobian's input coordinates and
     ``tracked`` is the value the transform sees, a function of the leaf: the leaf
@@ -52,23 +59,31 @@ class Read:
     :class:`~.dual.DualVector`; on autograd ``leaf`` is an autograd leaf.
     """
 
-    __slots__ = ("side", "address", "label", "value", "leaf", "tracked", "line")
+    __slots__ = ()
 
-    def __init__(self, side, address, label, value, leaf, line, tracked=None):
-        self.side, self.address, self.label = side, address, label
-        self.value, self.leaf, self.line = value, leaf, line
-        self.tracked = leaf if tracked is None else tracked
+    def __new__(cls, side, address, label, value, leaf, line, tracked=None):
+        return _tuple_new(cls, (side, address, label, value, leaf, line, leaf if tracked is None else tracked))
+
+    def __getnewargs__(self):
+        return tuple(self)
+
+    side, address, label, value, leaf, line, tracked = (property(itemgetter(i)) for i in range(7))
 
 
-class Write:
-    """A write of ``value`` at an output address. On the float path a continuous
-    write also keeps ``tangent``: one derivative dict per coordinate of the value."""
+class Write(tuple):
+    """A write of ``value`` at an output address: ``side``, ``address``, ``label``,
+    ``value``, ``line``, ``tangent``. On the float path a continuous write also keeps
+    ``tangent``: one derivative dict per coordinate of the value."""
 
-    __slots__ = ("side", "address", "label", "value", "line", "tangent")
+    __slots__ = ()
 
-    def __init__(self, side, address, label, value, line, tangent=None):
-        self.side, self.address, self.label, self.value, self.line = side, address, label, value, line
-        self.tangent = tangent
+    def __new__(cls, side, address, label, value, line, tangent=None):
+        return _tuple_new(cls, (side, address, label, value, line, tangent))
+
+    def __getnewargs__(self):
+        return tuple(self)
+
+    side, address, label, value, line, tangent = (property(itemgetter(i)) for i in range(6))
 
 
 class Copy:
@@ -208,10 +223,10 @@ class _Interpreter:
                 # the trace's own tensor: an in-place change is caught when the trace is
                 # used next (see modeling/trace.py, Loans)
                 trace._lend_record(address, record)
-            self.reads[key] = Read(key[0], address, label, value, None, line)
+            self.reads[key] = _tuple_new(Read, (key[0], address, label, value, None, line, None))
             return value
         leaf, tracked = self.backend.leaf(record)
-        self.reads[key] = Read(key[0], address, label, record.value, leaf, line, tracked)
+        self.reads[key] = _tuple_new(Read, (key[0], address, label, record.value, leaf, line, tracked))
         return tracked
 
     def exists(self, ref: AddressRef, line) -> bool:
@@ -244,7 +259,7 @@ class _Interpreter:
         if handle.is_input or not address or key in self.writes or key in self.copied_to:
             self._output(ref, "write to", line)        # raises, naming the misuse
         value, tangent = self.backend.written(value, label)
-        self.writes[key] = Write(key[0], key[1], label, value, line, tangent)
+        self.writes[key] = _tuple_new(Write, (key[0], key[1], label, value, line, tangent))
 
     # -- copy ------------------------------------------------------------
     def copy(self, src: AddressRef, dst: AddressRef, line):

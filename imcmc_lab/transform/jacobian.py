@@ -444,23 +444,27 @@ def logabsdet(matrix):
     if not all(map(math.isfinite, chain.from_iterable(a))):
         return math.nan
     total = 0.0
+    log = math.log
     for k in range(n):
-        p, best = k, abs(a[k][k])
+        row_k = a[k]
+        p, best = k, abs(row_k[k])
         for i in range(k + 1, n):
-            if abs(a[i][k]) > best:
-                p, best = i, abs(a[i][k])
-        pivot = a[p][k]
-        if pivot == 0.0:
+            v = abs(a[i][k])
+            if v > best:
+                p, best = i, v
+        if best == 0.0:             # (the pivot is 0; a NaN pivot goes on, giving NaN)
             return -math.inf
         if p != k:
-            a[k], a[p] = a[p], a[k]
-        total += math.log(abs(pivot))
-        row_k = a[k]
-        for i in range(k + 1, n):
-            factor = a[i][k] / pivot
+            a[k], a[p] = a[p], row_k
+            row_k = a[k]
+        pivot = row_k[k]
+        total += log(best)
+        rest = range(k + 1, n)
+        for i in rest:
+            row_i = a[i]
+            factor = row_i[k] / pivot
             if factor != 0.0:
-                row_i = a[i]
-                for j in range(k + 1, n):
+                for j in rest:
                     row_i[j] -= factor * row_k[j]
     return total
 
