@@ -383,9 +383,9 @@ def find_pass_through(outputs, inputs, unit_runs):
             runs = unit_runs(value, leaf)
             if runs:
                 passed[_SIDE[group[0]], group[1]] = [(j, j + n) for _, j, n in runs]
-                passes.extend((row + k, col0 + j, n) for k, j, n in runs)
+                passes.extend([(row + k, col0 + j, n) for k, j, n in runs])
                 positions = _uncovered([(k, k + n) for k, _, n in runs], group[2])
-        kept_rows.extend((row + k, group, k, value) for k in positions)
+        kept_rows.extend([(row + k, group, k, value) for k in positions])
         row += group[2]
     kept_cols, col = [], 0
     for group, leaf in inputs:
@@ -395,7 +395,7 @@ def find_pass_through(outputs, inputs, unit_runs):
             continue
         spans = passed.get((_SIDE[group[0]], group[1])) if passed else None
         positions = range(group[2]) if spans is None else _uncovered(spans, group[2])
-        kept_cols.extend((col + j, group, j, leaf) for j in positions)
+        kept_cols.extend([(col + j, group, j, leaf) for j in positions])
         col += group[2]
     return passes, kept_rows, kept_cols
 
