@@ -298,11 +298,15 @@ def components_of(m, n, nonzeros):
             parent[b] = b = parent[parent[b]]
         if a != b:
             parent[a] = b
-    groups = {}
-    for i in range(m + n):
-        r = i
+    roots = []
+    for r in range(m + n):
         while parent[r] != r:
             r = parent[r]
+        roots.append(r)
+    if roots and roots.count(roots[0]) == m + n:       # one component: the common case
+        return [(list(range(m)), list(range(n)))]
+    groups = {}
+    for i, r in enumerate(roots):
         group = groups.get(r)
         if group is None:
             group = groups[r] = ([], [])
