@@ -13,11 +13,16 @@ import math
 from itertools import chain
 from operator import attrgetter, itemgetter
 
+import torch
+
 from ..core.address import did_you_mean, format_address
 from ..core.choicemap import ChoiceMap
 from ..errors import ConstraintError, DimensionError, LabelError, TransformError
 from .interpreter import AUX, MODEL, TransformRun, run_transform, _where
 from .jacobian import CoordinateGroup, JacobianRecord, reduced_jacobian
+
+_Tensor = torch.Tensor
+_tuple_new = tuple.__new__
 
 __all__ = ["apply_transform", "Application", "EmptyAuxTrace"]
 
@@ -207,7 +212,7 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
     consumed, written_outputs = _match_outputs(run, ((MODEL, xn_part), (AUX, yn_flat)))
     remaining_inputs, read_inputs = _match_inputs(run, ((MODEL, x_part), (AUX, y_flat)), consumed, xn_flat)
     _check_dimension(run, remaining_inputs, written_outputs)
-    (rows, cols, matrix, blocks, logdet), pass_through, rows_source = reduced_jacobian(
+    (layout, matrix, logdet), pass_through, rows_source = reduced_jacobian(
         written_outputs, remaining_inputs, run.backend)
 
     found = []
@@ -222,15 +227,16 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
     graph = rows_source + (read_inputs,)
     flats = (x_flat, y_flat, xn_flat, yn_flat)
     app.jacobian = JacobianRecord(lambda: _coordinate_groups(flats, every_copy(), run.copied_to), pass_through,
-                                  rows, cols, matrix, blocks, logdet, graph)
+                                  layout, matrix, logdet, graph)
     app._consumed = every_copy
 
 
-def _continuous_records(sides):
-    """``[((side, address), record)]`` of the continuous choices of ``sides`` (``(side, flat
-    records)`` pairs), in trace order (a list: cheaper per record than a generator)."""
-    return [((side, address), rec) for side, flat in sides
-            for address, rec in flat.items() if not rec.dist.discrete]
+def _group(trace, address, dist, value):
+    """``CoordinateGroup(trace, address, dist, value)``, a scalar's without a Python call
+    (a 0-d tensor: the common case)."""
+    if type(value) is _Tensor and not value.ndim:
+        return _tuple_new(CoordinateGroup, (trace, address, 1, False))
+    return CoordinateGroup(trace, address, dist, value)
 
 
 def _match_inputs(run, sides, consumed, xn_flat):
@@ -240,16 +246,24 @@ def _match_inputs(run, sides, consumed, xn_flat):
     neither read nor consumed: its information would be lost."""
     reads = run.reads
     remaining_inputs, read_inputs = [], []
-    for key, rec in _continuous_records(sides):
-        read = reads.get(key)
-        if read is not None and read.leaf is not None:
-            side, address = key
-            group = CoordinateGroup(_IN[side], address, rec.dist, rec.value)
-            read_inputs.append((group, read.leaf))
-            if key not in consumed:
-                remaining_inputs.append((group, read.leaf))
-        elif key not in consumed:
-            raise _lost_input(*key, xn_flat)
+    for side, flat in sides:
+        trace = _IN[side]
+        for address, rec in flat.items():
+            if rec.dist.discrete:
+                continue
+            key = (side, address)
+            read = reads.get(key)
+            if read is not None and read.leaf is not None:
+                value = rec.value
+                if type(value) is _Tensor and not value.ndim:      # (_group, inlined)
+                    group = _tuple_new(CoordinateGroup, (trace, address, 1, False))
+                else:
+                    group = CoordinateGroup(trace, address, rec.dist, value)
+                read_inputs.append((group, read.leaf))
+                if key not in consumed:
+                    remaining_inputs.append((group, read.leaf))
+            elif key not in consumed:
+                raise _lost_input(side, address, xn_flat)
     return remaining_inputs, read_inputs
 
 
@@ -270,8 +284,8 @@ def _lost_input(side, address, xn_flat):
 
 
 def _check_dimension(run, remaining_inputs, written_outputs):
-    n_in = sum(g.size for g, _ in remaining_inputs)
-    n_out = sum(g.size for g, _ in written_outputs)
+    n_in = sum([g[2] for g, _ in remaining_inputs])      # (g[2]: g.size)
+    n_out = sum([g[2] for g, _ in written_outputs])
     if n_in != n_out:
         ins = ", ".join(c.label() for g, _ in remaining_inputs for c in g.expand()) or "(none)"
         outs = ", ".join(c.label() for g, _ in written_outputs for c in g.expand()) or "(none)"
@@ -322,24 +336,33 @@ def _match_outputs(run, sides):
     writes, copied_to, derivative_source = run.writes, run.copied_to, run.backend.derivative_source
     consumed = {}
     written_outputs = []
-    for key, rec in _continuous_records(sides):
-        write = writes.get(key)
-        if write is not None:
-            group = CoordinateGroup(_OUT[key[0]], key[1], rec.dist, rec.value)
-            written_outputs.append((group, derivative_source(write, rec.dist)))
-            continue
-        copy = copied_to.get(key)
-        src = (copy.src_side, copy.src_address) if copy is not None else key
-        if src in consumed:
-            side, address = key
-            raise TransformError(
-                f"the value of {_IN[src[0]]}[{format_address(src[1])}] reaches two outputs "
-                f"({_OUT[consumed[src][0]]}[{format_address(consumed[src][1])}] and "
-                f"{_OUT[side]}[{format_address(address)}]): a continuous value cannot be "
-                f"duplicated by an involution. If the model keeps it, do not copy it too."
-            )
-        consumed[src] = key
+    for side, flat in sides:
+        for address, rec in flat.items():
+            dist = rec.dist
+            if dist.discrete:
+                continue
+            key = (side, address)
+            write = writes.get(key)
+            if write is not None:
+                group = _group(_OUT[side], address, dist, rec.value)
+                written_outputs.append((group, derivative_source(write, dist)))
+                continue
+            copy = copied_to.get(key)
+            src = (copy.src_side, copy.src_address) if copy is not None else key
+            if src in consumed:
+                raise _two_outputs(src, consumed[src], key)
+            consumed[src] = key
     return consumed, written_outputs
+
+
+def _two_outputs(src, first, key):
+    side, address = key
+    return TransformError(
+        f"the value of {_IN[src[0]]}[{format_address(src[1])}] reaches two outputs "
+        f"({_OUT[first[0]]}[{format_address(first[1])}] and "
+        f"{_OUT[side]}[{format_address(address)}]): a continuous value cannot be "
+        f"duplicated by an involution. If the model keeps it, do not copy it too."
+    )
 
 
 def _coordinate_groups(flats, consumed, copied_to):

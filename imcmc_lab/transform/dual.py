@@ -258,7 +258,10 @@ class _TensorLike:
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        return _torch_function(func, args, kwargs)
+        impl = _FUNCTIONS.get(func)         # (the table is built below, from the functions here)
+        if impl is None:
+            raise NeedsTorch
+        return impl(*args, **kwargs) if kwargs else impl(*args)
 
 
 class Dual(_TensorLike):
@@ -821,9 +824,3 @@ def _build_table():
 
 _FUNCTIONS = _build_table()
 
-
-def _torch_function(func, args, kwargs):
-    impl = _FUNCTIONS.get(func)
-    if impl is None:
-        raise NeedsTorch
-    return impl(*args, **(kwargs or {}))

@@ -77,8 +77,8 @@ class FloatBackend:
         read are consecutive, given as a ``range``."""
         value = record.value
         first = self.n_coordinates
-        if value.ndim == 0:
-            self.n_coordinates += 1
+        if not value.ndim:
+            self.n_coordinates = first + 1
             return range(first, first + 1), Dual(float(value), {first: 1.0})
         if value.ndim != 1 or value.numel() > MAX_VECTOR:
             raise NeedsTorch

@@ -17,6 +17,7 @@ runs again on torch autograd leaves (:mod:`.autograd_backend`).
 from __future__ import annotations
 
 import linecache
+from operator import itemgetter
 
 import torch
 
@@ -41,8 +42,14 @@ def _where(line) -> str:
     return f"line {lineno}: {text}" if text else f"line {lineno}"
 
 
-class Read:
-    """A read of an input address.
+# Read and Write are immutable records made for every statement of every move: tuples
+# with named fields, made by the interpreter with tuple.__new__ (no Python-level call).
+_tuple_new = tuple.__new__
+
+
+class Read(tuple):
+    """A read of an input address: ``side``, ``address``, ``label``, ``value``, ``leaf``,
+    ``line``, ``tracked``.
 
     For continuous reads ``leaf`` stands for the Jacobian's input coordinates and
     ``tracked`` is the value the transform sees, a function of the leaf: the leaf
@@ -52,23 +59,31 @@ class Read:
     :class:`~.dual.DualVector`; on autograd ``leaf`` is an autograd leaf.
     """
 
-    __slots__ = ("side", "address", "label", "value", "leaf", "tracked", "line")
+    __slots__ = ()
 
-    def __init__(self, side, address, label, value, leaf, line, tracked=None):
-        self.side, self.address, self.label = side, address, label
-        self.value, self.leaf, self.line = value, leaf, line
-        self.tracked = leaf if tracked is None else tracked
+    def __new__(cls, side, address, label, value, leaf, line, tracked=None):
+        return _tuple_new(cls, (side, address, label, value, leaf, line, leaf if tracked is None else tracked))
+
+    def __getnewargs__(self):
+        return tuple(self)
+
+    side, address, label, value, leaf, line, tracked = (property(itemgetter(i)) for i in range(7))
 
 
-class Write:
-    """A write of ``value`` at an output address. On the float path a continuous
-    write also keeps ``tangent``: one derivative dict per coordinate of the value."""
+class Write(tuple):
+    """A write of ``value`` at an output address: ``side``, ``address``, ``label``,
+    ``value``, ``line``, ``tangent``. On the float path a continuous write also keeps
+    ``tangent``: one derivative dict per coordinate of the value."""
 
-    __slots__ = ("side", "address", "label", "value", "line", "tangent")
+    __slots__ = ()
 
-    def __init__(self, side, address, label, value, line, tangent=None):
-        self.side, self.address, self.label, self.value, self.line = side, address, label, value, line
-        self.tangent = tangent
+    def __new__(cls, side, address, label, value, line, tangent=None):
+        return _tuple_new(cls, (side, address, label, value, line, tangent))
+
+    def __getnewargs__(self):
+        return tuple(self)
+
+    side, address, label, value, line, tangent = (property(itemgetter(i)) for i in range(6))
 
 
 class Copy:
@@ -106,10 +121,13 @@ class TransformRun:
         :class:`~imcmc_lab.modeling.runtime.OwnedChoices`: the backend's written values are
         the engine's own, copied values come from the input traces (never modified)."""
         out = OwnedChoices()
+        floats = self.backend.floats      # the float path writes new tensors that need no detach
         for (s, address), w in self.writes.items():
             if s == side:
                 v = w.value
-                out[address] = v.detach() if detach and isinstance(v, torch.Tensor) else v
+                if detach and isinstance(v, torch.Tensor) and (not floats or v.requires_grad):
+                    v = v.detach()
+                out[address] = v
         for c in self.copies:
             if c.dst_side == side:
                 out[c.dst_address] = c.value
@@ -127,6 +145,11 @@ class _Interpreter:
         self.run = run
         self.traces = {MODEL: run.model_in, AUX: run.aux_in}
         self.backend = run.backend
+        self.reads, self.writes, self.copied_to = run.reads, run.writes, run.copied_to
+        # every choice of each input trace by address (cached on the trace, which is
+        # immutable; _account uses them too)
+        self.flats = {MODEL: run.model_in.flat_records(),
+                      AUX: run.aux_in.flat_records() if run.aux_in is not None else None}
 
     def handles(self, one_trace_names=None):
         if one_trace_names:
@@ -158,8 +181,9 @@ class _Interpreter:
         trace = self.traces[handle.side] if handle.is_input else None     # _input's hot path
         if trace is None:
             trace = self._input(ref, "read of", line)      # raises, naming the misuse
-        key = (handle.side, ref.address)
-        seen = self.run.reads.get(key)
+        address = ref.address
+        key = (handle.side, address)
+        seen = self.reads.get(key)
         if seen is not None:
             if seen.label is not label:
                 raise LabelError(
@@ -167,7 +191,7 @@ class _Interpreter:
                     f"{seen.label} before ({_where(seen.line)})."
                 )
             return seen.tracked if seen.leaf is not None else seen.value
-        record = trace.flat_records().get(ref.address) if ref.address else None   # cached; _account needs it too
+        record = self.flats[handle.side].get(address) if address else None
         if record is None:
             if ref.address == () or ref.address in trace:
                 # A sub-call's return value or a namespace: discrete information only.
@@ -198,11 +222,11 @@ class _Interpreter:
             if isinstance(value, torch.Tensor):
                 # the trace's own tensor: an in-place change is caught when the trace is
                 # used next (see modeling/trace.py, Loans)
-                trace._lend_record(ref.address, record)
-            self.run.reads[key] = Read(ref.handle.side, ref.address, label, value, None, line)
+                trace._lend_record(address, record)
+            self.reads[key] = _tuple_new(Read, (key[0], address, label, value, None, line, None))
             return value
         leaf, tracked = self.backend.leaf(record)
-        self.run.reads[key] = Read(ref.handle.side, ref.address, label, record.value, leaf, line, tracked)
+        self.reads[key] = _tuple_new(Read, (key[0], address, label, record.value, leaf, line, tracked))
         return tracked
 
     def exists(self, ref: AddressRef, line) -> bool:
@@ -221,7 +245,7 @@ class _Interpreter:
         if not ref.address:
             raise TransformError(f"{what} {ref.describe()} ({_where(line)}): give an address to write")
         key = (handle.side, ref.address)
-        earlier = self.run.writes.get(key) or self.run.copied_to.get(key)
+        earlier = self.writes.get(key) or self.copied_to.get(key)
         if earlier is not None:
             raise TransformError(
                 f"{ref.describe()} is written twice: at {_where(earlier.line)} and again at "
@@ -230,9 +254,12 @@ class _Interpreter:
         return key
 
     def write(self, ref: AddressRef, value, label, line):
-        key = self._output(ref, "write to", line)
+        handle, address = ref.handle, ref.address
+        key = (handle.side, address)
+        if handle.is_input or not address or key in self.writes or key in self.copied_to:
+            self._output(ref, "write to", line)        # raises, naming the misuse
         value, tangent = self.backend.written(value, label)
-        self.run.writes[key] = Write(key[0], key[1], label, value, line, tangent)
+        self.writes[key] = _tuple_new(Write, (key[0], key[1], label, value, line, tangent))
 
     # -- copy ------------------------------------------------------------
     def copy(self, src: AddressRef, dst: AddressRef, line):
@@ -292,6 +319,9 @@ def run_transform(f: Transform, model_trace, aux_trace, args=(), autodiff=None) 
 
 def _run_on(backend, f, model_trace, aux_trace, names, args):
     run = TransformRun(f, model_trace, aux_trace, backend)
+    if backend.floats:          # (its running() is a null context: two Python calls saved)
+        run.retval = f.run_on(_Interpreter(run).handles(names), *args)
+        return run
     with backend.running():
         run.retval = f.run_on(_Interpreter(run).handles(names), *args)
     return run

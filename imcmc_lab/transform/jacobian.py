@@ -164,19 +164,39 @@ class JacobianRecord:
 
     The engine gives a function returning :class:`CoordinateGroup` lists (one
     entry per address: inputs, outputs, eliminated), called only when a view or
-    ``full_size`` needs them, and the pass-through eliminations as a list or a
-    function returning it; ``inputs``, ``outputs`` and ``eliminated`` are
-    expanded to single coordinates on first access.
+    ``full_size`` needs them, the pass-through eliminations as a list or a
+    function returning it, and ``layout``: ``(rows, cols, blocks)``, or a function
+    returning them (a move reads only ``logabsdet``); ``inputs``, ``outputs`` and
+    ``eliminated`` are expanded to single coordinates on first access.
     """
 
-    def __init__(self, groups, pass_through, rows, cols, reduced, blocks, logabsdet, graph=None):
+    def __init__(self, groups, pass_through, layout, reduced, logabsdet, graph=None):
         self._groups_fn, self._groups = groups, None
         self._pass_through = pass_through
-        self.rows, self.cols, self._reduced = rows, cols, reduced
-        self.blocks, self.logabsdet = blocks, logabsdet
+        self._layout, self._reduced, self.logabsdet = layout, reduced, logabsdet
         self._graph = graph
         self._dense = None
         self._expanded = None
+
+    def _rows_cols_blocks(self):
+        if callable(self._layout):
+            self._layout = self._layout()
+        return self._layout
+
+    @property
+    def rows(self):
+        """The output coordinates of the reduced matrix (its rows)."""
+        return self._rows_cols_blocks()[0]
+
+    @property
+    def cols(self):
+        """The input coordinates of the reduced matrix (its columns)."""
+        return self._rows_cols_blocks()[1]
+
+    @property
+    def blocks(self):
+        """The independent square :class:`Block` s of the reduced matrix."""
+        return self._rows_cols_blocks()[2]
 
     def _group_lists(self):
         if self._groups is None:
@@ -278,11 +298,15 @@ def components_of(m, n, nonzeros):
             parent[b] = b = parent[parent[b]]
         if a != b:
             parent[a] = b
-    groups = {}
-    for i in range(m + n):
-        r = i
+    roots = []
+    for r in range(m + n):
         while parent[r] != r:
             r = parent[r]
+        roots.append(r)
+    if roots and roots.count(roots[0]) == m + n:       # one component: the common case
+        return [(list(range(m)), list(range(n)))]
+    groups = {}
+    for i, r in enumerate(roots):
         group = groups.get(r)
         if group is None:
             group = groups[r] = ([], [])
@@ -302,10 +326,11 @@ def reduced_jacobian(outputs, inputs, backend):
     as many coordinates as the outputs (the caller reports a dimension mismatch).
     ``backend`` (:mod:`.float_backend` or :mod:`.autograd_backend`) says which
     coordinates of a vector pass through and gives the remaining rows.
-    Returns ``((rows, cols, matrix, blocks, logabsdet), pass_through, rows_source)``:
-    ``pass_through`` a function returning the pass-through eliminations;
-    ``rows_source`` is ``(the backend's row source, output groups)``, from which
-    ``JacobianRecord.dense`` takes rows with respect to any inputs.
+    Returns ``((layout, matrix, logabsdet), pass_through, rows_source)``: ``layout`` a
+    function returning ``(rows, cols, blocks)`` (coordinates and :class:`Block` s, made
+    only when something asks for them); ``pass_through`` a function returning the
+    pass-through eliminations; ``rows_source`` is ``(the backend's row source, output
+    groups)``, from which ``JacobianRecord.dense`` takes rows with respect to any inputs.
     """
     passes, kept_rows, kept_cols = find_pass_through(outputs, inputs, backend.unit_runs)
     found = backend.rows(outputs, inputs, kept_rows, kept_cols, passes)
@@ -313,17 +338,21 @@ def reduced_jacobian(outputs, inputs, backend):
         passes, kept_rows, kept_cols = find_pass_through(outputs, inputs, None)
         found = backend.rows(outputs, inputs, kept_rows, kept_cols, passes)
     matrix, nonzeros, source = found
-    rows = [group.coordinate(k) for _, group, k, _ in kept_rows]
-    cols = [group.coordinate(j) for _, group, j, _ in kept_cols]
-    blocks, total = _blocks(rows, cols, matrix, nonzeros)
+    parts, total = _block_logdets(len(kept_rows), len(kept_cols), matrix, nonzeros)
     out_groups = [g for g, _ in outputs]
+
+    def layout():
+        rows = [group.coordinate(k) for _, group, k, _ in kept_rows]
+        cols = [group.coordinate(j) for _, group, j, _ in kept_cols]
+        return rows, cols, [Block([rows[i] for i in brows], [cols[j] for j in bcols], sub, logdet)
+                            for brows, bcols, sub, logdet in parts]
 
     def pass_through():
         outs = _coordinates(out_groups, [r + t for r, _, n in passes for t in range(n)])
         ins = _coordinates([g for g, _ in inputs], [c + t for _, c, n in passes for t in range(n)])
         return [(ci, co, "pass-through") for ci, co in zip(ins, outs)]
 
-    return (rows, cols, matrix, blocks, total), pass_through, (source, out_groups)
+    return (layout, matrix, total), pass_through, (source, out_groups)
 
 
 def find_pass_through(outputs, inputs, unit_runs):
@@ -342,7 +371,7 @@ def find_pass_through(outputs, inputs, unit_runs):
     vector_inputs, n_cols = {}, 0
     for group, leaf in inputs:
         if group[3] and unit_runs is not None:          # (group[3]: group.vector, group[2]: size)
-            vector_inputs[group.key] = (leaf, n_cols)
+            vector_inputs[_SIDE[group[0]], group[1]] = (leaf, n_cols)
         n_cols += group[2]
     passes, kept_rows, passed = [], [], {}
     row = 0
@@ -351,16 +380,16 @@ def find_pass_through(outputs, inputs, unit_runs):
             kept_rows.append((row, group, 0, value))      # a scalar: the common case, kept
             row += 1
             continue
-        match = vector_inputs.get(group.key)
+        match = vector_inputs.get((_SIDE[group[0]], group[1])) if vector_inputs else None
         positions = range(group[2])
         if match is not None:
             leaf, col0 = match
             runs = unit_runs(value, leaf)
             if runs:
-                passed[group.key] = [(j, j + n) for _, j, n in runs]
-                passes.extend((row + k, col0 + j, n) for k, j, n in runs)
+                passed[_SIDE[group[0]], group[1]] = [(j, j + n) for _, j, n in runs]
+                passes.extend([(row + k, col0 + j, n) for k, j, n in runs])
                 positions = _uncovered([(k, k + n) for k, _, n in runs], group[2])
-        kept_rows.extend((row + k, group, k, value) for k in positions)
+        kept_rows.extend([(row + k, group, k, value) for k in positions])
         row += group[2]
     kept_cols, col = [], 0
     for group, leaf in inputs:
@@ -368,11 +397,14 @@ def find_pass_through(outputs, inputs, unit_runs):
             kept_cols.append((col, group, 0, leaf))
             col += 1
             continue
-        spans = passed.get(group.key)
+        spans = passed.get((_SIDE[group[0]], group[1])) if passed else None
         positions = range(group[2]) if spans is None else _uncovered(spans, group[2])
-        kept_cols.extend((col + j, group, j, leaf) for j in positions)
+        kept_cols.extend([(col + j, group, j, leaf) for j in positions])
         col += group[2]
     return passes, kept_rows, kept_cols
+
+
+_SIDE = {"model_in": "model", "model_out": "model", "aux_in": "aux", "aux_out": "aux"}   # CoordinateGroup.key
 
 
 def _uncovered(spans, n):
@@ -385,21 +417,22 @@ def _uncovered(spans, n):
     return out
 
 
-def _blocks(rows, cols, matrix, nonzeros):
-    """The independent blocks of the reduced matrix (nested lists or a tensor) and the sum
-    of their ``log |det|``; a block that is not square makes the matrix singular."""
-    blocks, total = [], 0.0
-    for brows, bcols in components_of(len(rows), len(cols), nonzeros):
-        if len(brows) == len(rows) and len(bcols) == len(cols):
+def _block_logdets(m, n, matrix, nonzeros):
+    """The independent blocks of the ``m x n`` reduced matrix (nested lists or a tensor)
+    as ``(rows, cols, sub-matrix, log |det|)``, and the sum of their ``log |det|``; a
+    block that is not square makes the matrix singular."""
+    parts, total = [], 0.0
+    for brows, bcols in components_of(m, n, nonzeros):
+        if len(brows) == m and len(bcols) == n:
             sub = matrix
         elif isinstance(matrix, torch.Tensor):
             sub = matrix[brows][:, bcols]
         else:
             sub = [[matrix[i][j] for j in bcols] for i in brows]
         logdet = logabsdet(sub) if len(brows) == len(bcols) else -math.inf
-        blocks.append(Block([rows[i] for i in brows], [cols[j] for j in bcols], sub, logdet))
+        parts.append((brows, bcols, sub, logdet))
         total += logdet
-    return blocks, total
+    return parts, total
 
 
 def logabsdet(matrix):
@@ -415,23 +448,27 @@ def logabsdet(matrix):
     if not all(map(math.isfinite, chain.from_iterable(a))):
         return math.nan
     total = 0.0
+    log = math.log
     for k in range(n):
-        p, best = k, abs(a[k][k])
+        row_k = a[k]
+        p, best = k, abs(row_k[k])
         for i in range(k + 1, n):
-            if abs(a[i][k]) > best:
-                p, best = i, abs(a[i][k])
-        pivot = a[p][k]
-        if pivot == 0.0:
+            v = abs(a[i][k])
+            if v > best:
+                p, best = i, v
+        if best == 0.0:             # (the pivot is 0; a NaN pivot goes on, giving NaN)
             return -math.inf
         if p != k:
-            a[k], a[p] = a[p], a[k]
-        total += math.log(abs(pivot))
-        row_k = a[k]
-        for i in range(k + 1, n):
-            factor = a[i][k] / pivot
+            a[k], a[p] = a[p], row_k
+            row_k = a[k]
+        pivot = row_k[k]
+        total += log(best)
+        rest = range(k + 1, n)
+        for i in rest:
+            row_i = a[i]
+            factor = row_i[k] / pivot
             if factor != 0.0:
-                row_i = a[i]
-                for j in range(k + 1, n):
+                for j in rest:
                     row_i[j] -= factor * row_k[j]
     return total
 

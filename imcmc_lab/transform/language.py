@@ -72,6 +72,8 @@ class TraceHandle:
         self.name, self.side, self.is_input, self.interp = name, side, is_input, interp
 
     def __getitem__(self, address):
+        if type(address) is str:            # the common case, as normalize_address spells it
+            return AddressRef(self, (address,))
         return AddressRef(self, normalize_address(address) if address != () else ())
 
     @property
