@@ -26,8 +26,8 @@ density), the first 10% of each run discarded (as the reference code's burn-in d
 
 Run: ``python benchmarks/nonparametric.py`` (runs of the thesis's length: tens of minutes on
 a quiet 2-core machine), or ``--quick`` (1 run, 100 GMM and 40 DPMM moves, 300 geometric,
-2 walk runs); ``--only walk`` (or ``mixtures``, ``geometric``, ``walk-energy``: the walk's
-autocorrelation times of the start and of the energy) runs one part; ``--runs``,
+2 walk runs); ``--only walk`` (or ``mixtures``, ``gmm``, ``dpmm``, ``geometric``, ``walk-energy``:
+the walk's autocorrelation times of the start and of the energy) runs one part; ``--runs``,
 ``--gmm-moves``, ``--dpmm-moves`` shorten the mixture runs.
 """
 
@@ -52,23 +52,28 @@ def _pointwise(trace, test):
     return MixtureData(record.dist.weights, record.dist.means, GMM_STD).pointwise(test).numpy()
 
 
+def _lppd(per_point):
+    """Σ over test points of log (mean over samples of the point's density); per_point is
+    (samples, test points) of log-densities."""
+    top = per_point.max(axis=0)
+    return float((top + np.log(np.exp(per_point - top).mean(axis=0))).sum())
+
+
 def mixture_run(model, moves, kernel, train, test, seed):
-    """One chain from a prior draw: (LPPD of the kept samples, acceptance, CPU seconds)."""
+    """One chain from a prior draw: (LPPD after a 10% burn-in, LPPD of all samples,
+    acceptance, CPU seconds)."""
     torch.manual_seed(seed)
     trace, _ = model.generate((train,), {"data": train})
     start, kept = time.process_time(), []
-    for i in range(moves):
+    for _ in range(moves):
         trace, _ = kernel(trace)
-        if i >= moves // 10:
-            kept.append(_pointwise(trace, test))
+        kept.append(_pointwise(trace, test))
     seconds = time.process_time() - start
     per_point = np.stack(kept)                               # (samples, test points)
-    top = per_point.max(axis=0)
-    lppd = float((top + np.log(np.exp(per_point - top).mean(axis=0))).sum())
-    return lppd, kernel.accepted / kernel.proposed, seconds
+    return _lppd(per_point[moves // 10:]), _lppd(per_point), kernel.accepted / kernel.proposed, seconds
 
 
-def mixtures(runs, gmm_moves, dpmm_moves):
+def mixtures(runs, gmm_moves, dpmm_moves, which=("gmm", "dpmm")):
     means, train, test = gmm_data()
     true = MixtureData(torch.full((9,), 1 / 9, dtype=torch.float64), list(means), GMM_STD)
     print(f"true-parameter LPPD {float(true.pointwise(test).sum()):.2f} (thesis {THESIS['true']})")
@@ -79,12 +84,16 @@ def mixtures(runs, gmm_moves, dpmm_moves):
                 ("dpmm NP-DHMC α=1", dpmm, il.select("stick", "mean"), dpmm_moves,
                  dict(step_size=0.05, n_steps=20), THESIS["dpmm"])]
     for label, model, selection, moves, options, thesis in settings:
+        if label.split()[0] not in which:
+            continue
         results = [mixture_run(model, moves, il.NPHMC(selection, **options), train, test, seed)
                    for seed in range(runs)]
-        lppds, accs, secs = (np.array(x) for x in zip(*results))
+        lppds, no_burn, accs, secs = (np.array(x) for x in zip(*results))
         spread = f" ± {lppds.std(ddof=1):.2f}" if runs > 1 else ""
         print(f"{label:28s} {moves:5d} moves × {runs}: LPPD {lppds.mean():8.2f}{spread}, acceptance "
               f"{100 * accs.mean():5.1f}%, {secs.mean() / moves * 1000:6.1f} ms/move   (thesis {thesis})")
+        print(f"{'':28s} per run {' '.join(f'{x:.2f}' for x in lppds)}; without burn-in {no_burn.mean():.2f}"
+              + (f" ± {no_burn.std(ddof=1):.2f}" if runs > 1 else ""), flush=True)
 
 
 def geometric_speed(moves):
@@ -148,7 +157,7 @@ def walk_ess(runs, burn, keep=960, alphas=(1.0, 0.5, 0.1)):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", choices=("geometric", "walk", "walk-energy", "mixtures"))
+    parser.add_argument("--only", choices=("geometric", "walk", "walk-energy", "mixtures", "gmm", "dpmm"))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--gmm-moves", type=int, default=1000)
     parser.add_argument("--dpmm-moves", type=int, default=150)
@@ -162,11 +171,12 @@ def main():
         walk_ess(2 if args.quick else args.walk_runs, args.walk_burn)
     if args.only == "walk-energy":
         walk_energy()
-    if args.only in (None, "mixtures"):
+    if args.only in (None, "mixtures", "gmm", "dpmm"):
+        which = ("gmm", "dpmm") if args.only in (None, "mixtures") else (args.only,)
         if args.quick:
-            mixtures(runs=1, gmm_moves=100, dpmm_moves=40)
+            mixtures(runs=1, gmm_moves=100, dpmm_moves=40, which=which)
         else:
-            mixtures(runs=args.runs, gmm_moves=args.gmm_moves, dpmm_moves=args.dpmm_moves)
+            mixtures(runs=args.runs, gmm_moves=args.gmm_moves, dpmm_moves=args.dpmm_moves, which=which)
 
 
 if __name__ == "__main__":
