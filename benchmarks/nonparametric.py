@@ -27,7 +27,8 @@ density), the first 10% of each run discarded (as the reference code's burn-in d
 Run: ``python benchmarks/nonparametric.py`` (runs of the thesis's length: tens of minutes on
 a quiet 2-core machine), or ``--quick`` (1 run, 100 GMM and 40 DPMM moves, 300 geometric,
 2 walk runs); ``--only walk`` (or ``mixtures``, ``gmm``, ``dpmm``, ``geometric``, ``walk-energy``:
-the walk's autocorrelation times of the start and of the energy) runs one part; ``--runs``,
+the walk's autocorrelation times of the start and of the energy; ``dpmm-prior``: the DPMM
+without data, whose number of sticks is exactly 1 + Poisson(5 log 100)) runs one part; ``--runs``,
 ``--gmm-moves``, ``--dpmm-moves`` shorten the mixture runs.
 """
 
@@ -96,6 +97,25 @@ def mixtures(runs, gmm_moves, dpmm_moves, which=("gmm", "dpmm")):
               + (f" ± {no_burn.std(ddof=1):.2f}" if runs > 1 else ""), flush=True)
 
 
+def dpmm_prior(moves=300, alpha=5.0):
+    """The DPMM with no data: the chain's mean number of sticks against the exact prior mean
+    1 + α log 100 (the number of sticks is 1 + Poisson(α log 100)). The reference code's
+    NP-DHMC, run the same way on its own ``dp``, averages 1.6 sticks (see benchmarks/README.md)."""
+    import arviz as az
+
+    data = torch.zeros((0, 3), dtype=torch.float64)
+    torch.manual_seed(0)
+    trace, _ = dpmm.generate((data, alpha), {"data": data})
+    kernel, sticks = il.NPHMC(il.select("stick", "mean"), 0.05, 20), []
+    for _ in range(moves):
+        trace, _ = kernel(trace)
+        sticks.append(len(trace.flat_records()[("data",)].dist.weights))
+    sticks = np.array(sticks[moves // 10:], dtype=float)
+    print(f"dpmm without data, {moves} moves (L=20, ε=0.05): mean number of sticks {sticks.mean():.2f} ± "
+          f"{float(az.mcse(sticks[None])):.2f} (exact {1 + alpha * np.log(100):.2f}), acceptance "
+          f"{100 * kernel.accepted / kernel.proposed:.1f}%")
+
+
 def geometric_speed(moves):
     kernel = il.NPHMC(il.select("u"), 0.1, 5, discontinuous=il.select("u"))
     torch.manual_seed(0)
@@ -157,7 +177,8 @@ def walk_ess(runs, burn, keep=960, alphas=(1.0, 0.5, 0.1)):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", choices=("geometric", "walk", "walk-energy", "mixtures", "gmm", "dpmm"))
+    parser.add_argument("--only", choices=("geometric", "walk", "walk-energy", "mixtures", "gmm", "dpmm",
+                                           "dpmm-prior"))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--gmm-moves", type=int, default=1000)
     parser.add_argument("--dpmm-moves", type=int, default=150)
@@ -171,6 +192,8 @@ def main():
         walk_ess(2 if args.quick else args.walk_runs, args.walk_burn)
     if args.only == "walk-energy":
         walk_energy()
+    if args.only == "dpmm-prior":
+        dpmm_prior(60 if args.quick else 300)
     if args.only in (None, "mixtures", "gmm", "dpmm"):
         which = ("gmm", "dpmm") if args.only in (None, "mixtures") else (args.only,)
         if args.quick:
