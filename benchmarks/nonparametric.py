@@ -7,8 +7,10 @@ reference code):
    L = 25, ε = 0.05; test LPPD and acceptance for NP-DHMC (α = 1) and look-ahead NP-DHMC
    (α = 0.5, K = 2). Thesis: LPPD −675.59 ± 0.37 (10 runs × 1,000 samples), acceptance
    75.6%, 88.6% with K = 2; the true parameters give −674.81.
-2. Dirichlet-process mixture by stick breaking (``dpmm``): L = 20, ε = 0.05, α = 1.
-   Thesis: LPPD −676.11 ± 0.43 (10 runs × 150 samples).
+2. Dirichlet-process mixture by stick breaking (``dpmm``): L = 20, ε = 0.05, α = 1; the
+   sticks continuous coordinates (plain NP-HMC: the model has no discrete choice), or with
+   ``--dpmm-discontinuous`` discontinuous ones with Laplace momenta, as the thesis moves them.
+   Thesis: LPPD −676.11 ± 0.43 (10 runs × 150 samples, all kept).
 3. The geometric program (L = 5, ε = 0.1): NP-DHMC iterations per second (CPU time). The
    reference code runs about 6-8 iterations per second on the project's 2-core machine.
 4. The random walk (L = 5, ε = 0.1, all coordinates discontinuous): ESS of the start over
@@ -74,7 +76,7 @@ def mixture_run(model, moves, kernel, train, test, seed):
     return _lppd(per_point[moves // 10:]), _lppd(per_point), kernel.accepted / kernel.proposed, seconds
 
 
-def mixtures(runs, gmm_moves, dpmm_moves, which=("gmm", "dpmm")):
+def mixtures(runs, gmm_moves, dpmm_moves, which=("gmm", "dpmm"), sticks_discontinuous=False):
     means, train, test = gmm_data()
     true = MixtureData(torch.full((9,), 1 / 9, dtype=torch.float64), list(means), GMM_STD)
     print(f"true-parameter LPPD {float(true.pointwise(test).sum()):.2f} (thesis {THESIS['true']})")
@@ -82,10 +84,12 @@ def mixtures(runs, gmm_moves, dpmm_moves, which=("gmm", "dpmm")):
                  THESIS["gmm"]),
                 ("gmm look-ahead α=0.5 K=2", gmm, il.select("k", "mean"), gmm_moves,
                  dict(step_size=0.05, n_steps=25, persistence=0.5, lookahead=2), THESIS["gmm_k2"]),
-                ("dpmm NP-DHMC α=1", dpmm, il.select("stick", "mean"), dpmm_moves,
-                 dict(step_size=0.05, n_steps=20), THESIS["dpmm"])]
+                ("dpmm NP-HMC α=1", dpmm, il.select("stick", "mean"), dpmm_moves,
+                 dict(step_size=0.05, n_steps=20), THESIS["dpmm"]),
+                ("dpmm NP-DHMC α=1, sticks disc.", dpmm, il.select("stick", "mean"), dpmm_moves,
+                 dict(step_size=0.05, n_steps=20, discontinuous=il.select("stick")), THESIS["dpmm"])]
     for label, model, selection, moves, options, thesis in settings:
-        if label.split()[0] not in which:
+        if label.split()[0] not in which or ("disc." in label) != sticks_discontinuous and label[0] == "d":
             continue
         results = [mixture_run(model, moves, il.NPHMC(selection, **options), train, test, seed)
                    for seed in range(runs)]
@@ -182,6 +186,8 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--gmm-moves", type=int, default=1000)
     parser.add_argument("--dpmm-moves", type=int, default=150)
+    parser.add_argument("--dpmm-discontinuous", action="store_true",
+                        help="DPMM sticks as discontinuous coordinates (the thesis's setting) instead of continuous")
     parser.add_argument("--walk-runs", type=int, default=10)
     parser.add_argument("--walk-burn", type=int, default=100)
     args = parser.parse_args()
@@ -197,9 +203,9 @@ def main():
     if args.only in (None, "mixtures", "gmm", "dpmm"):
         which = ("gmm", "dpmm") if args.only in (None, "mixtures") else (args.only,)
         if args.quick:
-            mixtures(runs=1, gmm_moves=100, dpmm_moves=40, which=which)
+            mixtures(1, 100, 40, which, args.dpmm_discontinuous)
         else:
-            mixtures(runs=args.runs, gmm_moves=args.gmm_moves, dpmm_moves=args.dpmm_moves, which=which)
+            mixtures(args.runs, args.gmm_moves, args.dpmm_moves, which, args.dpmm_discontinuous)
 
 
 if __name__ == "__main__":
