@@ -79,8 +79,8 @@ def test_dpmm_posterior_matches_importance_sampling(exact, discontinuous):
     coordinates this crashed at the first move). Seen: number of sticks 3.98 ± 0.08 and
     3.91 ± 0.09 (exact 3.93; 10⁷ draws give 3.9295 ± 0.0011), every functional within 2.1
     SE, acceptance 0.92. The reference code's rule for new coordinates (drawn at the
-    current time, not replayed from time 0) is not caught here: with N(0, 1) coordinates an
-    unused one keeps its energy either way (check_nphmc catches it, tests/test_nphmc.py)."""
+    current time, not replayed from time 0) is not caught here: with it both chains stayed
+    within 1.6 SE (check_nphmc catches it, tests/test_nphmc.py)."""
     estimate, exact_se = exact
     data = torch.tensor(DATA, dtype=torch.float64)[:, None]
     torch.manual_seed(5)
