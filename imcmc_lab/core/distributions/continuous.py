@@ -170,7 +170,9 @@ class Beta(Distribution):
         self.a, self.b = as_param(a), as_param(b)
 
     def from_reference(self, z):
-        """Closed form where one parameter is 1 (stick-breaking's beta(1, a)); else no map."""
+        """Closed form where one parameter is 1 (stick-breaking's beta(1, a)); else no map.
+        ``z`` a float (NP-DHMC's discontinuous coordinates) or a tensor."""
+        z = torch.as_tensor(z, dtype=DTYPE)
         if bool(self.a == 1):          # F(x) = 1 - (1 - x)^b
             return -torch.expm1(torch.special.log_ndtr(-z) / self.b)
         if bool(self.b == 1):          # F(x) = x^a
@@ -264,6 +266,7 @@ class Exponential(Distribution):
         self.rate = as_param(rate)
 
     def from_reference(self, z):
+        z = torch.as_tensor(z, dtype=DTYPE)                  # a float for a discontinuous coordinate
         return -torch.special.log_ndtr(-z) / self.rate       # -log(1 - Φ(z)) / rate, exact in the tail
 
     def to_reference(self, value):
