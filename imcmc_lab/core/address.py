@@ -32,19 +32,15 @@ def _normalize_key(key):
     )
 
 
-_KEY_TYPES = frozenset([str, int])
-
-
 def normalize_address(address) -> tuple:
     """Return ``address`` as a tuple of keys (``"k"`` -> ``("k",)``)."""
-    kind = type(address)            # this runs once per random choice
-    if kind is str or kind is int:  # exactly (a bool is refused below)
+    if type(address) is tuple:
+        for k in address:      # a loop, not all(...): this runs once per random choice
+            if type(k) is not str and type(k) is not int:
+                return tuple(_normalize_key(k) for k in address)
+        return address
+    if type(address) is str or type(address) is int:
         return (address,)
-    if kind is tuple:
-        # every key exactly a str or an int (not a bool), checked in one C-level pass
-        if _KEY_TYPES.issuperset(map(type, address)):
-            return address
-        return tuple(_normalize_key(k) for k in address)
     if isinstance(address, list):
         return tuple(_normalize_key(k) for k in address)
     return (_normalize_key(address),)

@@ -149,24 +149,13 @@ def visit_family(handler, namespace, keys, dist, line, wanted=True):
     return _watched(values, handed)
 
 
-class HandedTensors(tuple):
-    """The tensors of a list or tuple handed to a body whole; ``_version`` is the tuple of
-    their versions (so that every entry of ``handed`` answers ``_version``)."""
-
-    __slots__ = ()
-
-    @property
-    def _version(self):
-        return tuple(map(_VERSION, self))
-
-
 def _note_all(values, handed):
     """Note the tensors among ``values`` (a list or tuple the body receives) with their
     versions: when all are tensors, as ONE entry ``(tuple of the tensors, tuple of their
     versions)``, read at C speed (no Python step per element); else one pair per tensor."""
     if values and type(values[0]) is _Tensor:
         try:
-            handed.append((HandedTensors(values), tuple(map(_VERSION, values))))
+            handed.append((tuple(values), tuple(map(_VERSION, values))))
             return
         except AttributeError:      # not all tensors: the pairs below
             pass

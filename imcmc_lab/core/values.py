@@ -55,9 +55,6 @@ class ScalarList(list):
     """
 
     __slots__ = ("_floats", "_handed")
-    #: a watched list has no version counter of its own: the engine's check of the values
-    #: handed to a body reads ``_version`` of every entry it noted, and ``None`` is this one's
-    _version = None
 
     def __init__(self, values=(), floats=None):
         super().__init__(values)

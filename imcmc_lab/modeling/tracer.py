@@ -38,7 +38,6 @@ __all__ = ["Tracer", "Simulate", "Generate", "Assess", "Update", "Regenerate", "
 
 _NEG_INF = float("-inf")
 _VERSION = operator.attrgetter("_version")
-_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 
 
 class AssessFailure(Exception):
@@ -171,20 +170,8 @@ class Tracer:
         sub-call): the trace would hold the changed value with the density of the drawn one.
         Stops watching the lists handed to the body (see :mod:`imcmc_lab.core.effects`);
         ``retval``, or the plain list of which the body returns a watched copy."""
-        handed = self.handed
-        values, versions = list(map(_FIRST, handed)), list(map(_SECOND, handed))
-        try:
-            now = list(map(_VERSION, values))   # a watched list's is None (core.values.ScalarList)
-        except (AttributeError, RuntimeError):
-            now = None                          # the loop below says what is wrong
-        if now == versions:                     # nothing changed: compared at C speed
-            if None in versions:
-                for value, version in handed:
-                    if version is None:
-                        value.watch(None)
-            return retval
         changed = None
-        for value, version in handed:
+        for value, version in self.handed:
             kind = type(version)
             if kind is int:
                 if value._version != version and changed is None:

@@ -15,7 +15,6 @@ from .reference import NoReferenceMap
 
 __all__ = ["Distribution", "as_param", "as_integer_param", "where_support", "is_integer_valued", "simplex_float64"]
 
-_NUMBER_TYPES = frozenset([float, int])
 _CONSTANTS = {}    # float -> 0-d float64 tensor: models build distributions from the same
                    # Python constants (normal(0, 10)) on every run; never mutated in place
 
@@ -207,7 +206,11 @@ class Distribution:
         """``None`` if the parameters are valid, else a sentence saying what is wrong: each
         parameter against its declared constraint, then :meth:`check_relations`."""
         raw = self.raw_args
-        numbers = _NUMBER_TYPES.issuperset(map(type, raw))     # each exactly a float or an int
+        numbers = True
+        for a in raw:
+            if type(a) is not float and type(a) is not int:
+                numbers = False
+                break
         if numbers and raw in self._valid_numbers:
             return None
         for name, constraint in self._param_checks:
