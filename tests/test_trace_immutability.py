@@ -392,3 +392,40 @@ def test_a_body_that_changes_its_argument_in_place_is_an_error(model):
     with pytest.raises(il.TraceChangedError, match=r"argument 'xs'"):
         model.generate((xs,), {})
     assert torch.equal(xs, torch.zeros(3, dtype=torch.float64))      # the user's tensor is untouched
+
+
+@il.gen
+def _short_family(k, bad):
+    ms = [il.normal(0.0, 1.0) @ ("m", j) for j in range(k)]
+    if bad:
+        torch._foreach_mul_(ms[:1] + ms[1:], 2.0)     # C code writing to every element at once
+    return il.normal(ms[0], 1.0) @ "y"
+
+
+@il.gen
+def _pair():
+    return il.normal(0.0, 1.0) @ "a", il.normal(0.0, 1.0) @ "b"
+
+
+@il.gen
+def _uses_pair(bad):
+    a, b = _pair() @ "p"
+    if bad:
+        b.mul_(2.0)                  # the sub-trace's value ("p", "b"), returned in a tuple
+    return il.normal(a, 1.0) @ "y"
+
+
+@pytest.mark.parametrize("run, where", [
+    (lambda: _short_family.simulate(3, True), r"\('m', 0\)"),
+    (lambda: _short_family.simulate(3, False).update(None, (3, True)), r"\('m', 0\)"),
+    (lambda: _uses_pair.simulate(True), r"\('p', 'b'\)"),
+    (lambda: _uses_pair.simulate(False).update(None, (True,)), r"\('p', 'b'\)"),
+])
+def test_a_body_that_changes_values_handed_to_it_in_a_list_or_tuple_is_an_error(run, where):
+    # a short family's values and a tuple returned by a sub-call are noted as one entry
+    # (the tensors and their versions); a change to any of them is found and named
+    torch.manual_seed(0)
+    with pytest.raises(il.TraceChangedError, match=where + ".*in place"):
+        run()
+    _short_family.simulate(3, False)
+    _uses_pair.simulate(False)

@@ -16,7 +16,8 @@ implements::
 (cheap; the line number is found only when a message needs it), or ``(filename,
 lineno)``. :func:`resolve_line` turns either into ``(filename, lineno)``. A handler
 with a list attribute ``handed`` gets each tensor value the body received appended to
-it with its version counter, ``(value, value._version)``, so that it can tell whether
+it with its version counter, ``(value, value._version)`` (the tensors of a list or tuple
+handed whole: ``(tuple of tensors, tuple of their versions)``), so that it can tell whether
 the body changed in place a value the trace keeps (the trace would keep the changed value
 with the density of the drawn one): a choice's value, a sub-call's return value (a
 tensor, or the tensors in a returned tuple), and the tensors the body takes out of a
@@ -30,6 +31,7 @@ distribution reads no version counter).
 
 from __future__ import annotations
 
+import operator
 import sys
 import threading
 from types import CodeType
@@ -41,6 +43,7 @@ from .address import normalize_address
 from .values import ScalarList
 
 _Tensor = torch.Tensor
+_VERSION = operator.attrgetter("_version")
 
 __all__ = ["current_handler", "active_handler", "handling", "visit_choice", "visit_call", "visit_family",
            "NoHandlerError", "resolve_line"]
@@ -141,9 +144,22 @@ def visit_family(handler, namespace, keys, dist, line, wanted=True):
     if handed is None:
         return values
     if type(values) is list:        # a short family (or assess): noted now, and kept a plain list
-        handed.extend([(v, v._version) for v in values if type(v) is _Tensor])
+        _note_all(values, handed)
         return values
     return _watched(values, handed)
+
+
+def _note_all(values, handed):
+    """Note the tensors among ``values`` (a list or tuple the body receives) with their
+    versions: when all are tensors, as ONE entry ``(tuple of the tensors, tuple of their
+    versions)``, read at C speed (no Python step per element); else one pair per tensor."""
+    if values and type(values[0]) is _Tensor:
+        try:
+            handed.append((tuple(values), tuple(map(_VERSION, values))))
+            return
+        except AttributeError:      # not all tensors: the pairs below
+            pass
+    handed.extend([(v, v._version) for v in values if type(v) is _Tensor])
 
 
 def _watched(value, handed):
@@ -158,5 +174,5 @@ def _watched(value, handed):
         handed.append((watched, value))
         return watched
     elif kind is tuple:
-        handed.extend([(v, v._version) for v in value if type(v) is _Tensor])
+        _note_all(value, handed)
     return value

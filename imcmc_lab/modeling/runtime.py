@@ -83,6 +83,8 @@ def owned(value):
     kind = type(value)
     if kind in _IMMUTABLE:
         return value
+    if kind is tuple and _IMMUTABLE.issuperset(map(type, value)):
+        return value        # numbers, strings and traces only (a model's arguments, mostly)
     if kind is tuple or kind is list:
         return kind([owned(v) for v in value])
     if isinstance(value, torch.Tensor):

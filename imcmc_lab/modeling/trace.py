@@ -530,7 +530,9 @@ class DynamicTrace(Trace):
     __slots__ = ("_records", "_families", "_compact")
 
     def __init__(self, gen_fn, args, retval, score, records, families=None, compact=None):
-        super().__init__(gen_fn, args, retval, score)
+        # Trace.__init__ inlined: one trace per run
+        self.gen_fn, self._args, self.retval, self.score = gen_fn, args, retval, score
+        self._choices = self._flat = self._loans = None
         self._records = records
         # (namespace, line) -> family_update.Family: the run's indexed families held one
         # choice at a time, which the next update keeps in slices

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import linecache
 import math
+import operator
 
 from ..core.address import format_address
 from ..core.effects import resolve_line
@@ -36,6 +37,7 @@ from .trace import CallRecord, ChoiceRecord, FamilyRecord, family_element
 __all__ = ["Tracer", "Simulate", "Generate", "Assess", "Update", "Regenerate", "AssessFailure"]
 
 _NEG_INF = float("-inf")
+_VERSION = operator.attrgetter("_version")
 
 
 class AssessFailure(Exception):
@@ -170,12 +172,17 @@ class Tracer:
         ``retval``, or the plain list of which the body returns a watched copy."""
         changed = None
         for value, version in self.handed:
-            if type(version) is not int:
+            kind = type(version)
+            if kind is int:
+                if value._version != version and changed is None:
+                    changed = value
+            elif kind is tuple:         # the tensors of a list handed whole, and their versions
+                if changed is None and tuple(map(_VERSION, value)) != version:
+                    changed = next(v for v, n in zip(value, version) if v._version != n)
+            else:
                 value.watch(None)
                 if version is not None and retval is value:
                     retval = version
-            elif value._version != version and changed is None:
-                changed = value
         if changed is not None:
             _handed_changed(self, changed)
         return retval
