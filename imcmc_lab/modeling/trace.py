@@ -311,6 +311,7 @@ def _changed(trace, address, what):
         f"transform: v = read(...).clone()); to change a choice, use {change}.")
 
 
+# long: the whole read interface a user sees (GFI methods, lending, display), one class
 class Trace:
     """Base class of traces. Subclasses provide ``_records`` (address -> record)."""
 

@@ -115,6 +115,28 @@ def _find_handed(records, value):
     return None, None
 
 
+def _claim_error(tracer, address, line, what):
+    """Raise the error for an address :meth:`Tracer._claim` refuses (taken, empty, a namespace)."""
+    if not address:
+        raise AddressError(f"the empty address () cannot hold a {what}; give it a name")
+    in_family = tracer.compact is not None and compact_line(tracer.compact, address)
+    if address in tracer.records or in_family:
+        first = tracer.lines.get(address) or in_family or next(
+            line for addresses, line in tracer.family_lines if address in addresses)
+        raise DuplicateAddressError(
+            f"address {format_address(address)} is sampled twice in one execution of "
+            f"{tracer.gen_fn.name}: first at {describe_line(first)}; again at "
+            f"{describe_line(line)}. Give each random choice its own address "
+            f"(e.g. add a loop index: (\"x\", i))."
+        )
+    if address in tracer.namespaces:
+        raise AddressError(
+            f"address {format_address(address)} in {tracer.gen_fn.name} "
+            f"({describe_line(line)}) is already a namespace holding other choices; "
+            f"a path is a leaf or a namespace, never both."
+        )
+
+
 class Tracer:
     """What every mode shares: address bookkeeping, scoring, sub-calls."""
 
@@ -192,7 +214,7 @@ class Tracer:
         records = self.records
         if address in records or address in self.namespaces or not address or (
                 self.compact is not None and compact_line(self.compact, address) is not None):
-            self._claim_error(address, line, what)      # raises (kept out of the hot path)
+            _claim_error(self, address, line, what)      # raises (kept out of the hot path)
         if len(address) > 1:
             namespaces = self.namespaces
             for i in range(1, len(address)):
@@ -207,26 +229,6 @@ class Tracer:
                     )
                 namespaces.add(prefix)
         self.lines[address] = line
-
-    def _claim_error(self, address, line, what):
-        if not address:
-            raise AddressError(f"the empty address () cannot hold a {what}; give it a name")
-        in_family = self.compact is not None and compact_line(self.compact, address)
-        if address in self.records or in_family:
-            first = self.lines.get(address) or in_family or next(
-                line for addresses, line in self.family_lines if address in addresses)
-            raise DuplicateAddressError(
-                f"address {format_address(address)} is sampled twice in one execution of "
-                f"{self.gen_fn.name}: first at {describe_line(first)}; again at "
-                f"{describe_line(line)}. Give each random choice its own address "
-                f"(e.g. add a loop index: (\"x\", i))."
-            )
-        if address in self.namespaces:
-            raise AddressError(
-                f"address {format_address(address)} in {self.gen_fn.name} "
-                f"({describe_line(line)}) is already a namespace holding other choices; "
-                f"a path is a leaf or a namespace, never both."
-            )
 
     def _sub_constraints(self, address):
         if self.constraints is None:

@@ -82,6 +82,7 @@ def simplex_float64(value):
     return wide
 
 
+# long: the custom-distribution contract (the docstring) and the defaults every subclass inherits
 class Distribution:
     """Base class of distributions; subclass it to define your own.
 
