@@ -161,3 +161,20 @@ def test_coordinates_moved_as_discontinuous_come_from_the_record():
     groups = _groups(np_trajectory_frames(kernel)[-1])
     assert groups[address_text(("k",))]["kind"] == "discontinuous"
     assert groups[address_text(("x",))]["kind"] == "continuous"
+
+
+def test_the_axis_names_the_coordinates_the_record_says_were_used():
+    """A discontinuous uniform moves in a unit coordinate (U(0, 1)) by default, in an N(0, 1)
+    one with coordinates="normal": the record lists the unit ones, and the axis says which."""
+    torch.manual_seed(3)
+    trace = geometric.simulate(0.2)
+    for coordinates, label in (("unit", "u (U(0, 1) reference)"), ("normal", "z (N(0, 1) reference)")):
+        kernel = _kernel(coordinates=coordinates)
+        kernel(trace)
+        record = kernel.last_record
+        assert set(record.unit) == (set(record.instantiated) if coordinates == "unit" else set())
+        assert all(0.0 <= z <= 1.0 for step in record.trajectory for z in step.values()) or coordinates == "normal"
+        final = np_trajectory_frames(kernel)[-1]
+        assert f">{label}</text>" in final
+        if coordinates == "unit":      # the axis spans [0, 1] (padded), not the N(0, 1) span [-1, 1]
+            assert ">-1.1</text>" not in final and ">1</text>" in final and ">0</text>" in final

@@ -39,6 +39,7 @@ class NPRecord:
     (1-based look-ahead block that was accepted, ``None`` if rejected); ``dim_before`` /
     ``dim_after`` (latent choices used); ``instantiated`` and ``used`` addresses;
     ``discontinuous``: the instantiated addresses moved as discontinuous coordinates;
+    ``unit``: those with a unit coordinate (reference U(0, 1)); the others' is N(0, 1);
     ``trajectory``: one ``{address: z}`` per step (step 0 is the start) with ``used`` per step;
     ``gradient_evaluations``; ``reason`` why a move was rejected early, if it was."""
 
@@ -46,7 +47,7 @@ class NPRecord:
         self.energy, self.log_alpha, self.accepted, self.block = {}, -math.inf, False, None
         self.dim_before = self.dim_after = 0
         self.instantiated, self.used, self.trajectory, self.used_per_step = [], [], [], []
-        self.discontinuous = []
+        self.discontinuous, self.unit = [], []
         self.gradient_evaluations, self.evaluations, self.reason = 0, 0, None
 
     def __repr__(self):
@@ -178,6 +179,7 @@ class NPHMC(Kernel):
         accepted_at = self._blocks(integrator, start, u, record)
         record.instantiated, record.evaluations = list(traj.disc), integrator.evaluations
         record.discontinuous = [address for address, disc in traj.disc.items() if disc]
+        record.unit = [address for address, unit in traj.unit.items() if unit]
         final = integrator.current
         if accepted_at is not None and self.check and not self._returns(trace, observations, traj, record):
             accepted_at = None
