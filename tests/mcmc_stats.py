@@ -1,6 +1,8 @@
-"""Monte Carlo error for tests: batch-means standard errors of chain averages."""
+"""Monte Carlo error for tests: batch-means standard errors of chain averages, and a
+statistic of a seeded chain."""
 
 import numpy as np
+import torch
 
 
 def batch_means_se(values, n_batches: int = 25) -> float:
@@ -23,3 +25,13 @@ def assert_close_to(values, exact, z: float = 4.0, label: str = "estimate"):
         f"{abs(estimate - exact) / se:.1f} Monte Carlo standard errors (SE {se:.5f})"
     )
     return estimate, se
+
+
+def chain_statistic(kernel, trace, n, stat, seed):
+    """``stat(trace)`` after each of ``n`` steps of ``kernel`` from ``trace``, seeded by ``seed``."""
+    torch.manual_seed(seed)
+    out = []
+    for _ in range(n):
+        trace, _ = kernel(trace)
+        out.append(stat(trace))
+    return out

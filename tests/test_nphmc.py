@@ -16,7 +16,7 @@ from imcmc_lab.examples.nonparametric import (GEOMETRIC_MEAN, WALK_START_BELOW_O
 from imcmc_lab.inference.nphmc.coordinates import Trajectory, gauss_to_laplace, laplace_to_gauss
 from imcmc_lab.inference.nphmc.integrator import Integrator
 
-from mcmc_stats import assert_close_to
+from mcmc_stats import assert_close_to, chain_statistic
 
 U = il.select("u")
 WALK = il.select("start", "step")
@@ -35,15 +35,6 @@ def half_weight():
     """x ~ normal(0, 1) with weight 1/2 where x < 0 (an observed coin): P(x < 0) = 1/3."""
     x = il.normal(0.0, 1.0) @ "x"
     il.bernoulli(0.5 if x < 0 else 1.0) @ "w"
-
-
-def run(kernel, trace, n, stat, seed):
-    torch.manual_seed(seed)
-    out = []
-    for _ in range(n):
-        trace, _ = kernel(trace)
-        out.append(stat(trace))
-    return out
 
 
 # ---------------------------------------------------------------------------
@@ -128,14 +119,14 @@ def test_a_latent_without_a_reference_map_names_its_address():
 def test_geometric_mean_number_of_flips():
     """E[N] = 5; 3,000 moves (L=5, ε=0.1, α=0.1): estimate ≈ 5 ± 0.15 (batch-means SE)."""
     kernel = il.NPHMC(U, 0.1, 5, discontinuous=U, persistence=0.1)
-    ns = run(kernel, geometric.simulate(0.2), 3000, lambda t: t.retval, seed=1)
+    ns = chain_statistic(kernel, geometric.simulate(0.2), 3000, lambda t: t.retval, seed=1)
     assert_close_to(ns, GEOMETRIC_MEAN, label="E[N]")
 
 
 def test_two_line_program_gives_one_half():
     """P(x1 > 0) = 0.5 (the reference implementation gives 0.16-0.20); 3,000 moves, SE ≈ 0.02."""
     kernel = il.NPHMC(il.select("x1", "x2"), 0.1, 5, discontinuous=("x1",))
-    xs = run(kernel, two_line.simulate(), 3000, lambda t: float(t["x1"] > 0), seed=2)
+    xs = chain_statistic(kernel, two_line.simulate(), 3000, lambda t: float(t["x1"] > 0), seed=2)
     assert_close_to(xs, 0.5, label="P(x1 > 0)")
 
 
@@ -145,7 +136,7 @@ def test_discontinuous_weight(lookahead):
     continuous): 3,000 moves, SE ≈ 0.02; with K = 2 look-ahead blocks acceptance >= 0.95."""
     trace, _ = half_weight.generate((), {"w": True})
     kernel = il.NPHMC(il.select("x"), 0.3, 5, discontinuous=(), lookahead=lookahead)
-    xs = run(kernel, trace, 3000, lambda t: float(t["x"] < 0), seed=3)
+    xs = chain_statistic(kernel, trace, 3000, lambda t: float(t["x"] < 0), seed=3)
     assert_close_to(xs, 1 / 3, label="P(x < 0)")
     if lookahead == 2:
         assert kernel.accepted / kernel.proposed >= 0.95
@@ -162,7 +153,7 @@ def test_walk_start_posterior(alpha, lookahead):
     torch.manual_seed(4)
     trace, _ = walk.generate((), {"distance": 1.1})
     kernel = il.NPHMC(WALK, 0.1, 5, discontinuous=WALK, persistence=alpha, lookahead=lookahead)
-    starts = run(kernel, trace, 3500, lambda t: float(t["start"]), seed=4)[500:]    # 500 moves of burn-in
+    starts = chain_statistic(kernel, trace, 3500, lambda t: float(t["start"]), seed=4)[500:]    # 500 moves of burn-in
     assert_close_to(starts, WALK_START_MEAN, label="mean start")
     assert_close_to([float(s < 1) for s in starts], WALK_START_BELOW_ONE, label="P(start < 1)")
 
@@ -183,7 +174,7 @@ def test_a_persistent_chain_started_far_in_the_tail_keeps_moving():
     torch.manual_seed(2)
     trace, _ = walk.generate((), {"distance": 1.1})
     kernel = il.NPHMC(WALK, 0.1, 5, discontinuous=WALK, persistence=0.1, lookahead=2)
-    starts = run(kernel, trace, 200, lambda t: float(t["start"]), seed=4)
+    starts = chain_statistic(kernel, trace, 200, lambda t: float(t["start"]), seed=4)
     assert len(set(starts[100:])) > 50 and kernel.accepted > 150
     assert all(math.isfinite(p) for p, _ in kernel.momentum.values())
 
@@ -218,5 +209,5 @@ def test_a_gmm_chain_whose_trajectories_reach_the_end_of_a_uniform_moves():
     torch.manual_seed(1)
     trace, _ = gmm.generate((train,), {"data": train})
     kernel = il.NPHMC(il.select("k", "mean"), 0.05, 25)
-    run(kernel, trace, 20, lambda t: None, seed=1)
+    chain_statistic(kernel, trace, 20, lambda t: None, seed=1)
     assert kernel.accepted >= 8

@@ -16,7 +16,7 @@ from imcmc_lab.errors import ImcmcError
 from imcmc_lab.examples.nonparametric import WALK_START_BELOW_ONE, WALK_START_MEAN, walk
 from imcmc_lab.inference.nphmc.coordinates import Trajectory
 
-from mcmc_stats import assert_close_to
+from mcmc_stats import assert_close_to, chain_statistic
 
 WALK = il.select("start", "step")
 
@@ -32,15 +32,6 @@ def nested_uniform():
     x = il.uniform(0.0, 2.0) @ "x"
     y = il.uniform(0.0, x) @ "y"
     il.bernoulli(0.5 if y < 0.5 else 1.0) @ "w"
-
-
-def chain(kernel, trace, n, stat, seed):
-    torch.manual_seed(seed)
-    out = []
-    for _ in range(n):
-        trace, _ = kernel(trace)
-        out.append(stat(trace))
-    return out
 
 
 def test_walk_check_passes_with_unit_coordinates():
@@ -70,7 +61,7 @@ def test_walk_start_posterior_with_unit_coordinates(alpha):
     torch.manual_seed(6)
     trace, _ = walk.generate((), {"distance": 1.1})
     kernel = il.NPHMC(WALK, 0.1, 5, discontinuous=WALK, persistence=alpha, coordinates="unit")
-    starts = chain(kernel, trace, 2300, lambda t: float(t["start"]), seed=6)[300:]
+    starts = chain_statistic(kernel, trace, 2300, lambda t: float(t["start"]), seed=6)[300:]
     assert_close_to(starts, WALK_START_MEAN, label="mean start")
     assert_close_to([float(s < 1) for s in starts], WALK_START_BELOW_ONE, label="P(start < 1)")
 
@@ -82,7 +73,7 @@ def test_walk_start_posterior_with_normal_coordinates():
     torch.manual_seed(7)
     trace, _ = walk.generate((), {"distance": 1.1})
     kernel = il.NPHMC(WALK, 0.1, 5, discontinuous=WALK, coordinates="normal")
-    starts = chain(kernel, trace, 2300, lambda t: float(t["start"]), seed=7)[300:]
+    starts = chain_statistic(kernel, trace, 2300, lambda t: float(t["start"]), seed=7)[300:]
     assert_close_to(starts, WALK_START_MEAN, label="mean start")
     assert_close_to([float(s < 1) for s in starts], WALK_START_BELOW_ONE, label="P(start < 1)")
 
@@ -95,7 +86,7 @@ def test_a_uniform_whose_bounds_depend_on_another_choice():
     torch.manual_seed(8)
     assert il.check_nphmc(nested_uniform, (), {"w": True}, kernel, trials=30).passed
     assert all(kernel.start(trace).unit.values())
-    below = chain(kernel, trace, 3000, lambda t: float(t["y"] < 0.5), seed=8)
+    below = chain_statistic(kernel, trace, 3000, lambda t: float(t["y"] < 0.5), seed=8)
     assert_close_to(below, NESTED_P, label="P(y < 1/2)")
 
 
@@ -111,8 +102,8 @@ def test_an_address_that_changes_kind_is_named():
     kernel = il.NPHMC(il.select("b", "c"), 0.3, 5, discontinuous=il.select("b", "c"))
     torch.manual_seed(9)
     with pytest.raises(ImcmcError, match=r"'c'.*coordinates='normal'"):
-        chain(kernel, model.simulate(), 50, lambda t: None, seed=9)
-    chain(il.NPHMC(il.select("b", "c"), 0.3, 5, discontinuous=il.select("b", "c"), coordinates="normal"),
+        chain_statistic(kernel, model.simulate(), 50, lambda t: None, seed=9)
+    chain_statistic(il.NPHMC(il.select("b", "c"), 0.3, 5, discontinuous=il.select("b", "c"), coordinates="normal"),
           model.simulate(), 20, lambda t: None, seed=9)
 
 
@@ -133,7 +124,7 @@ def test_geometric_pooled_tvd_with_unit_coordinates():
     for seed in range(10):
         torch.manual_seed(seed)
         kernel = il.NPHMC(flips, 0.1, 5, discontinuous=flips)
-        ns += chain(kernel, geometric.simulate(0.2), 1000, lambda t: t.retval, seed=seed)
+        ns += chain_statistic(kernel, geometric.simulate(0.2), 1000, lambda t: t.retval, seed=seed)
     top = max(max(ns), 60)
     counts = torch.bincount(torch.tensor(ns), minlength=top + 1)[1:].double() / len(ns)
     exact = 0.2 * 0.8 ** torch.arange(top, dtype=torch.float64)

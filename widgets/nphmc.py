@@ -69,22 +69,17 @@ class NPTrajectory:
         recorded = getattr(record, "discontinuous", None)     # older records: the kernel's setting
         marked = set(recorded) if recorded is not None else as_selection(discontinuous or ())
         self.kind = {a: "discontinuous" if a in marked else "continuous" for a in self.addresses}
-        self._unit = set(getattr(record, "unit", ()))      # older records: all N(0, 1)
+        unit = set(getattr(record, "unit", ()))      # older records: all N(0, 1)
+        kinds = {a in unit for a in self.addresses}
+        #: every coordinate a unit one (U(0, 1) reference); the axis label says which kinds
+        self.all_unit = kinds == {True}
+        self.axis_label = ("u (U(0, 1) reference)" if self.all_unit else
+                           "z (N(0, 1)) and u (U(0, 1))" if kinds == {True, False} else "z (N(0, 1) reference)")
         self.dims = [len(u) for u in self.used]
         self.instantiated = [len(s) for s in self.steps]
         self.n_steps = n_steps or _steps_per_block(record, len(self.steps) - 1)
         self.accepted, self.block = bool(record.accepted), record.block
         self.log_alpha, self.reason = record.log_alpha, record.reason
-
-    def all_unit(self) -> bool:
-        return bool(self.addresses) and self._unit.issuperset(self.addresses)
-
-    def axis_label(self) -> str:
-        """What the coordinates are: N(0, 1)-reference ``z``, unit ``u`` (U(0, 1)), or both."""
-        kinds = {a in self._unit for a in self.addresses}
-        if kinds == {True}:
-            return "u (U(0, 1) reference)"
-        return "z (N(0, 1)) and u (U(0, 1))" if kinds == {True, False} else "z (N(0, 1) reference)"
 
     @property
     def T(self) -> int:
@@ -122,7 +117,7 @@ def _steps_per_block(record, T):
 class _Scale:
     def __init__(self, traj: NPTrajectory):
         values = [z for s in traj.steps for z in s.values() if math.isfinite(z)] or [0.0]
-        least = [0.0, 1.0] if traj.all_unit() else [-1.0, 1.0]     # a unit coordinate lies in [0, 1]
+        least = [0.0, 1.0] if traj.all_unit else [-1.0, 1.0]     # a unit coordinate lies in [0, 1]
         lo, hi = min(values + least[:1]), max(values + least[1:])
         pad = 0.06 * (hi - lo)
         self.lo, self.hi, self.T = lo - pad, hi + pad, max(traj.T, 1)
@@ -140,9 +135,9 @@ def _axes(traj, s, upto):
     if s.lo < 0 < s.hi:
         parts.append(f'<line x1="{LEFT}" x2="{s.right}" y1="{s.y(0):.1f}" y2="{s.y(0):.1f}" stroke="{LINE}"/>')
     ticks = (s.hi, 0.0, s.lo) if s.lo < 0 < s.hi else (s.hi, s.lo)
-    for z in (1.0, 0.0) if traj.all_unit() else ticks:       # a unit axis: its walls
+    for z in (1.0, 0.0) if traj.all_unit else ticks:       # a unit axis: its walls
         parts.append(svg_text(LEFT - 6, s.y(z) + 4, f"{z:.2g}", size=10.5, fill=MUTED, family=SANS, anchor="end"))
-    parts.append(svg_text(14, TOP + PLOT_H / 2, traj.axis_label(), size=11, fill=MUTED, family=SANS,
+    parts.append(svg_text(14, TOP + PLOT_H / 2, traj.axis_label, size=11, fill=MUTED, family=SANS,
                           anchor="middle", extra=f' transform="rotate(-90 14 {TOP + PLOT_H / 2:.1f})"'))
     for t in sorted({0, traj.T, *range(0, traj.T + 1, max(1, traj.T // 10))}):
         parts.append(svg_text(s.x(t), TOP + PLOT_H + 14, str(t), size=10.5, fill=MUTED, family=SANS, anchor="middle"))

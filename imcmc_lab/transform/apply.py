@@ -13,16 +13,11 @@ import math
 from itertools import chain
 from operator import attrgetter, itemgetter
 
-import torch
-
 from ..core.address import did_you_mean, format_address
 from ..core.choicemap import ChoiceMap
 from ..errors import ConstraintError, DimensionError, LabelError, TransformError
 from .interpreter import AUX, MODEL, TransformRun, run_transform, _where
 from .jacobian import CoordinateGroup, JacobianRecord, reduced_jacobian
-
-_Tensor = torch.Tensor
-_tuple_new = tuple.__new__
 
 __all__ = ["apply_transform", "Application", "EmptyAuxTrace"]
 
@@ -231,14 +226,6 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
     app._consumed = every_copy
 
 
-def _group(trace, address, dist, value):
-    """``CoordinateGroup(trace, address, dist, value)``, a scalar's without a Python call
-    (a 0-d tensor: the common case)."""
-    if type(value) is _Tensor and not value.ndim:
-        return _tuple_new(CoordinateGroup, (trace, address, 1, False))
-    return CoordinateGroup(trace, address, dist, value)
-
-
 def _match_inputs(run, sides, consumed, xn_flat):
     """``(remaining inputs, every continuous read)`` as ``(CoordinateGroup, leaf)`` lists:
     the continuous reads of ``sides`` (``(side, flat records)`` pairs) that no copy
@@ -254,11 +241,7 @@ def _match_inputs(run, sides, consumed, xn_flat):
             key = (side, address)
             read = reads.get(key)
             if read is not None and read.leaf is not None:
-                value = rec.value
-                if type(value) is _Tensor and not value.ndim:      # (_group, inlined)
-                    group = _tuple_new(CoordinateGroup, (trace, address, 1, False))
-                else:
-                    group = CoordinateGroup(trace, address, rec.dist, value)
+                group = CoordinateGroup(trace, address, rec.dist, rec.value)
                 read_inputs.append((group, read.leaf))
                 if key not in consumed:
                     remaining_inputs.append((group, read.leaf))
@@ -344,7 +327,7 @@ def _match_outputs(run, sides):
             key = (side, address)
             write = writes.get(key)
             if write is not None:
-                group = _group(_OUT[side], address, dist, rec.value)
+                group = CoordinateGroup(_OUT[side], address, dist, rec.value)
                 written_outputs.append((group, derivative_source(write, dist)))
                 continue
             copy = copied_to.get(key)

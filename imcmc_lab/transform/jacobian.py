@@ -171,62 +171,57 @@ class JacobianRecord:
     """
 
     def __init__(self, groups, pass_through, layout, reduced, logabsdet, graph=None):
-        self._groups_fn, self._groups = groups, None
-        self._pass_through = pass_through
+        self._groups, self._pass_through = groups, pass_through
         self._layout, self._reduced, self.logabsdet = layout, reduced, logabsdet
         self._graph = graph
         self._dense = None
         self._expanded = None
 
-    def _rows_cols_blocks(self):
-        if callable(self._layout):
-            self._layout = self._layout()
-        return self._layout
+    def _made(self, name):
+        """The lazily given attribute ``name``: a value, or a function called once for it."""
+        value = getattr(self, name)
+        if callable(value):
+            value = value()
+            setattr(self, name, value)
+        return value
 
     @property
     def rows(self):
         """The output coordinates of the reduced matrix (its rows)."""
-        return self._rows_cols_blocks()[0]
+        return self._made("_layout")[0]
 
     @property
     def cols(self):
         """The input coordinates of the reduced matrix (its columns)."""
-        return self._rows_cols_blocks()[1]
+        return self._made("_layout")[1]
 
     @property
     def blocks(self):
         """The independent square :class:`Block` s of the reduced matrix."""
-        return self._rows_cols_blocks()[2]
-
-    def _group_lists(self):
-        if self._groups is None:
-            self._groups = self._groups_fn() if callable(self._groups_fn) else self._groups_fn
-        return self._groups
+        return self._made("_layout")[2]
 
     @property
     def input_groups(self):
-        return self._group_lists()[0]
+        return self._made("_groups")[0]
 
     @property
     def output_groups(self):
-        return self._group_lists()[1]
+        return self._made("_groups")[1]
 
     @property
     def eliminated_groups(self):
         """``(input group, output group, kind)`` per eliminated copy or implicit copy,
         unexpanded (views of large traces count coordinates without making them)."""
-        return self._group_lists()[2]
+        return self._made("_groups")[2]
 
     @property
     def pass_through(self):
         """The pass-through eliminations ``(input, output, "pass-through")``."""
-        if callable(self._pass_through):
-            self._pass_through = self._pass_through()
-        return self._pass_through
+        return self._made("_pass_through")
 
     def _expand(self):
         if self._expanded is None:
-            inputs, outputs, eliminated_groups = self._group_lists()
+            inputs, outputs, eliminated_groups = self._made("_groups")
             eliminated = [(ci, co, kind) for gi, go, kind in eliminated_groups
                           for ci, co in zip(gi.expand(), go.expand())]
             self._expanded = ([c for g in inputs for c in g.expand()],
