@@ -410,15 +410,18 @@ class Incremental(Tracer):
             self.expanded = True
         return prev_rec
 
-    def _kept(self, prev_rec, dist, address, line):
-        """A choice that keeps its value; the value."""
+    def _kept(self, prev_rec, dist, address, line, same=None):
+        """A choice that keeps its value; the value. ``same``: whether ``dist`` is the same as
+        the previous record's distribution, if the caller knows it already."""
+        if same is None:
+            same = dist.same_as(prev_rec.dist)
         # A finite cached log-density means these same parameters were valid: the hot
         # path keeps the record (same value, density and distribution arguments).
-        if prev_rec.logpdf != _NEG_INF and dist.same_as(prev_rec.dist):
+        if same and prev_rec.logpdf != _NEG_INF:
             self.records[address] = prev_rec
             return prev_rec.value
         valid = self._validate(dist, address, line, may_be_impossible=True)
-        if valid and dist.same_as(prev_rec.dist):
+        if valid and same:
             logpdf = prev_rec.logpdf
         else:
             logpdf = self._score(dist, prev_rec.value, address, valid)
@@ -494,10 +497,11 @@ class Update(Incremental):
             else:
                 self.weight += logpdf
         elif prev_rec is not None:
-            if prev_rec.logpdf != _NEG_INF and dist.same_as(prev_rec.dist):
+            same = dist.same_as(prev_rec.dist)
+            if same and prev_rec.logpdf != _NEG_INF:
                 self.records[address] = prev_rec      # the hot path of _kept, inlined
                 return prev_rec.value
-            return self._kept(prev_rec, dist, address, line)
+            return self._kept(prev_rec, dist, address, line, same)
         else:
             value, logpdf = self._fresh(dist, address, line)
             self.weight += logpdf

@@ -168,6 +168,13 @@ class IID(Distribution):
     def simplex(self):
         return self.base.simplex
 
+    def check_params(self):
+        # the common case without the generic loop: n a valid count, then the base's parameters
+        n = self.n
+        if type(n) is int and n >= 0:
+            return self.base.check_params()
+        return super().check_params()
+
     def check_relations(self):
         return self.base.check_params()
 
