@@ -20,12 +20,15 @@ from ..core.distributions import Distribution
 from ..core.values import DTYPE, plain_float, values_equal
 from .execution import Result, counters
 from .families import pure_call, single_choice_kernel
-from .family_update import BULK_FAMILY
 from .gen import DynamicGenFunction, GenerativeFunction
 from .trace import CallRecord, ChoiceRecord, DynamicTrace, Trace
 from .tracer import Update
 
 __all__ = ["Map", "Unfold", "MapTrace", "UnfoldTrace", "last_unfold", "restep"]
+
+#: A Map update re-scores its changed elements with one vectorised ``log_prob`` call from
+#: this many on (fewer run their kernels one by one)
+BULK_MAP = 8
 
 
 def _split_constraints(constraints):
@@ -240,7 +243,7 @@ def _scored_together(kernel, request, args, old, changed, run):
         return None
     make, address = spec
     idx = sorted(i for i in changed if i < len(old) and i not in run.groups)
-    if len(idx) < BULK_FAMILY:
+    if len(idx) < BULK_MAP:
         return None
     elements = []
     for i in idx:
