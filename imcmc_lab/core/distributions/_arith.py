@@ -37,6 +37,25 @@ def plain_scalars(*tensors) -> bool:
     return True
 
 
+def scalar_params(raw, *tensors):
+    """The scalar parameters ``tensors`` as Python floats, or ``None`` unless all are 0-d and
+    outside autograd. Taken from ``raw`` (the arguments as given) when those are all Python
+    ints or floats: :func:`~.base.as_param` made the tensors from exactly these numbers, so
+    the floats are the same and no tensor is read (``.item()`` costs more than the arithmetic)."""
+    for a in raw:
+        if type(a) is not float and type(a) is not int:
+            break
+    else:
+        return tuple(map(float, raw))
+    for t in tensors:
+        if t.ndim or t.requires_grad:
+            return None
+    return tuple(map(_item, tensors))
+
+
+_item = torch.Tensor.item
+
+
 def short_vector(t) -> bool:
     """A 1-d tensor short enough for Python arithmetic."""
     return t.ndim == 1 and t.shape[0] <= PY_MAX_LEN

@@ -11,8 +11,7 @@ import torch
 from ..values import DTYPE
 from . import constraints
 from ._arith import (BELOW_ONE, HUGE, LOG_2PI, NEG_INF, TINY, all_positive_finite, numpy_views, plain_scalars,
-                     scalar,
-                     short_vector)
+                     scalar, scalar_params, short_vector)
 from .base import Distribution, as_param, simplex_float64, where_support
 from .reference import NoReferenceMap
 
@@ -51,8 +50,9 @@ class Normal(Distribution):
 
     def sample(self):
         z = torch.randn((), dtype=DTYPE)
-        if plain_scalars(self.mean, self.std):   # the same two roundings as in torch
-            return scalar(self.mean.item() + self.std.item() * z.item())
+        params = scalar_params(self.raw_args, self.mean, self.std)
+        if params is not None:          # the same two roundings as in torch
+            return scalar(params[0] + params[1] * z.item())
         return self.mean + self.std * z
 
     def sample_n(self, n):
@@ -77,10 +77,14 @@ class Normal(Distribution):
         return -0.5 * z * z - log_std - 0.5 * LOG_2PI
 
     def _fast_logpdf(self, x):
-        if plain_scalars(x, self.mean, self.std) and self.std.item() > 0:
-            z = (x.item() - self.mean.item()) / self.std.item()
-            return -0.5 * z * z - math.log(self.std.item()) - 0.5 * LOG_2PI
-        return None
+        params = scalar_params(self.raw_args, self.mean, self.std)
+        if params is None or x.ndim or x.requires_grad:
+            return None
+        mean, std = params
+        if not std > 0:
+            return None
+        z = (x.item() - mean) / std
+        return -0.5 * z * z - math.log(std) - 0.5 * LOG_2PI
 
     def _torch_log_prob(self, x):
         z = (x - self.mean) / self.std
@@ -125,8 +129,10 @@ class InvGamma(Distribution):
 
     def sample(self):
         g = torch._standard_gamma(self.shape)
-        if plain_scalars(self.shape, self.scale):
-            v = self.scale.item() / g.item() if g.item() > 0 else HUGE
+        params = scalar_params(self.raw_args, self.shape, self.scale)
+        if params is not None:
+            g = g.item()
+            v = params[1] / g if g > 0 else HUGE
             return scalar(min(max(v, TINY), HUGE))
         return _positive_finite(self.scale / g)
 
@@ -134,9 +140,10 @@ class InvGamma(Distribution):
         return _positive_finite(self.scale / torch._standard_gamma(self.shape.expand(n).contiguous()))
 
     def _fast_logpdf(self, x):
-        if not plain_scalars(x, self.shape, self.scale):
+        params = scalar_params(self.raw_args, self.shape, self.scale)
+        if params is None or x.ndim or x.requires_grad:
             return None
-        v, a, b = x.item(), self.shape.item(), self.scale.item()
+        (a, b), v = params, x.item()
         if not (a > 0 and b > 0):      # invalid parameters: torch's conventions apply
             return None
         if not 0 < v < math.inf:
@@ -188,7 +195,8 @@ class Beta(Distribution):
 
     def sample(self):
         a, b = self.a, self.b
-        if plain_scalars(a, b) and a.item() >= 1 and b.item() >= 1:
+        params = scalar_params(self.raw_args, a, b)
+        if params is not None and params[0] >= 1 and params[1] >= 1:
             x = torch._standard_gamma(a).item()
             y = torch._standard_gamma(b).item()
             v = x / (x + y)
@@ -199,9 +207,10 @@ class Beta(Distribution):
         return torch.sigmoid(log_x - log_y).clamp(TINY, BELOW_ONE)
 
     def _fast_logpdf(self, x):
-        if not plain_scalars(x, self.a, self.b):
+        params = scalar_params(self.raw_args, self.a, self.b)
+        if params is None or x.ndim or x.requires_grad:
             return None
-        v, a, b = x.item(), self.a.item(), self.b.item()
+        (a, b), v = params, x.item()
         if not (a > 0 and b > 0):
             return None
         if not 0 < v < 1:

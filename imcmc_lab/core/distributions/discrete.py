@@ -8,7 +8,7 @@ import torch
 
 from ..values import DTYPE
 from . import constraints
-from ._arith import NEG_INF
+from ._arith import NEG_INF, scalar_params
 from .base import Distribution, as_integer_param, as_param, is_integer_valued, where_support
 from .reference import DiscreteReference
 
@@ -48,14 +48,16 @@ class Bernoulli(DiscreteReference, Distribution):
         return bool(DiscreteReference.from_reference(self, z))
 
     def sample(self):
-        return torch.rand((), dtype=DTYPE).item() < self.p.item()
+        params = scalar_params(self.raw_args, self.p)
+        return torch.rand((), dtype=DTYPE).item() < (self.p.item() if params is None else params[0])
 
     def sample_n(self, n):
         return (torch.rand((n,), dtype=DTYPE) < self.p).to(torch.int64)
 
     def _fast_logpdf(self, x):
-        if type(x) is bool and self.p.ndim == 0 and not self.p.requires_grad:
-            p = self.p.item()
+        params = scalar_params(self.raw_args, self.p) if type(x) is bool else None
+        if params is not None:
+            p = params[0]
             q = p if x else 1.0 - p
             return math.log(q) if q > 0 else NEG_INF
         return None
