@@ -241,7 +241,9 @@ class Tracer:
     def _validate(self, dist, address, line, may_be_impossible):
         """Whether ``dist``'s parameters are valid. Invalid parameters raise, unless the
         value is given (constraint or kept value) and the trace is already impossible:
-        then they are a consequence of a kept value outside its support, scored -inf."""
+        then they are a consequence of a kept value outside its support, scored -inf.
+        (The hot paths call ``dist.check_params()`` themselves and this only when it finds
+        a problem: ``dist.check_params() is None or self._validate(...)``.)"""
         problem = dist.check_params()
         if problem is None:
             return True
@@ -256,8 +258,8 @@ class Tracer:
         counters.logpdf_evaluations += 1
         if not valid:
             return _NEG_INF
-        shape = getattr(value, "shape", ())
-        if dist.event_shape and shape != dist.event_shape and tuple(shape) != tuple(dist.event_shape):
+        if dist.event_shape and (shape := getattr(value, "shape", ())) != dist.event_shape \
+                and tuple(shape) != tuple(dist.event_shape):
             self.impossible = True
             return _NEG_INF  # a kept value of the wrong length is outside the support
         terms = self.grad_terms
@@ -279,7 +281,8 @@ class Tracer:
 
     def _sampled(self, dist, address, line):
         """``(value, logpdf)`` of a choice drawn from its prior."""
-        self._validate(dist, address, line, may_be_impossible=False)
+        if dist.check_params() is not None:
+            self._validate(dist, address, line, may_be_impossible=False)     # raises
         value = dist.sample()
         return value, self._score(dist, value, address, True)
 
@@ -290,7 +293,7 @@ class Tracer:
 
     def _constrained(self, dist, address, line):
         """``(value, logpdf)`` of a constrained choice."""
-        valid = self._validate(dist, address, line, may_be_impossible=True)
+        valid = dist.check_params() is None or self._validate(dist, address, line, may_be_impossible=True)
         try:
             value = dist.coerce(self.constraints[address])
         except (ValueError, TypeError) as exc:
@@ -420,7 +423,7 @@ class Incremental(Tracer):
         if same and prev_rec.logpdf != _NEG_INF:
             self.records[address] = prev_rec
             return prev_rec.value
-        valid = self._validate(dist, address, line, may_be_impossible=True)
+        valid = dist.check_params() is None or self._validate(dist, address, line, may_be_impossible=True)
         if valid and same:
             logpdf = prev_rec.logpdf
         else:
