@@ -173,7 +173,7 @@ class Beta(Distribution):
     __slots__ = ("a", "b")
 
     def __init__(self, a, b):
-        super().__init__(a, b)
+        self.raw_args, self.event_shape = (a, b), ()    # Distribution.__init__ inlined, as in Normal
         self.a, self.b = as_param(a), as_param(b)
 
     def from_reference(self, z):
@@ -341,7 +341,7 @@ class Dirichlet(Distribution):
     __slots__ = ("alpha",)
 
     def __init__(self, alpha):
-        super().__init__(alpha)
+        self.raw_args = (alpha,)        # Distribution.__init__ inlined, as in Normal
         self.alpha = as_param(alpha)
         self.event_shape = tuple(self.alpha.shape)
 

@@ -26,7 +26,7 @@ class Bernoulli(DiscreteReference, Distribution):
     __slots__ = ("p",)
 
     def __init__(self, p):
-        super().__init__(p)
+        self.raw_args, self.event_shape = (p,), ()      # Distribution.__init__ inlined (one per choice)
         self.p = as_param(p)
 
     def coerce(self, value):
@@ -78,7 +78,7 @@ class UniformDiscrete(DiscreteReference, Distribution):
     __slots__ = ("lo", "hi")
 
     def __init__(self, lo, hi):
-        super().__init__(lo, hi)
+        self.raw_args, self.event_shape = (lo, hi), ()  # Distribution.__init__ inlined (one per choice)
         self.lo, self.hi = as_integer_param(lo), as_integer_param(hi)
 
     def check_relations(self):
