@@ -20,6 +20,7 @@ from itertools import compress, count
 from operator import is_not
 
 import torch
+from numpy import array as _array
 
 from ..core.values import as_real, float64_vector
 from ..modeling.runtime import owned
@@ -27,6 +28,8 @@ from .dual import MAX_VECTOR, Dual, DualVector, IdRange, NeedsTorch, unit_deriva
 from .language import continuous
 
 __all__ = ["FloatBackend", "float_write"]
+
+_from_numpy = torch.from_numpy
 
 
 def float_write(value, label):
@@ -43,7 +46,7 @@ def float_write(value, label):
             return value.item(), None
         return owned(value), None
     if t is Dual:
-        return torch.scalar_tensor(value.v, dtype=torch.float64), [value.d]
+        return _from_numpy(_array(float(value.v))), [value.d]    # float64, 0-d: faster than scalar_tensor
     if t is DualVector:
         return float64_vector(value.tolist()), [x.d for x in value.items]
     if isinstance(value, torch.Tensor):
