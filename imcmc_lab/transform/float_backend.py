@@ -141,32 +141,26 @@ class FloatBackend:
 
     @staticmethod
     def rows(outputs, inputs, kept_rows, kept_cols, passes):
-        """``(matrix as nested lists, nonzero (row, col) pairs, row source)`` of the kept rows
-        and columns, read off the tangents: each id's own derivative, plus an IdRange
-        key's at every kept id in it."""
+        """``(matrix as nested lists, None, row source)`` of the kept rows and columns, read
+        off the tangents: each id's own derivative, plus an IdRange key's at every kept id
+        in it. (None: the nonzero pattern is taken from the matrix when needed.)"""
         col_of = {ids[j]: q for q, (_, _, j, ids) in enumerate(kept_cols)}
         n_cols = len(kept_cols)
-        dense, nonzeros, range_cols = [], [], {}
-        for p, (_, _, k, tangents) in enumerate(kept_rows):
+        dense, range_cols = [], {}
+        for _, _, k, tangents in kept_rows:
             entries = [0.0] * n_cols
-            first, has_range = len(nonzeros), False
             for i, g in tangents[k].items():
                 q = col_of.get(i)
                 if q is not None:
                     entries[q] += g
-                    if g != 0.0:
-                        nonzeros.append((p, q))
                 elif type(i) is IdRange:
-                    has_range = True
                     qs = range_cols.get(i)
                     if qs is None:
                         qs = range_cols[i] = [q for j, q in col_of.items() if j in i.ids]
                     for q in qs:
                         entries[q] += g
-            if has_range:                   # sums may cancel: take the nonzeros from the entries
-                nonzeros[first:] = [(p, q) for q, g in enumerate(entries) if g != 0.0]
             dense.append(entries)
-        return dense, nonzeros, _TangentRows([ts for _, ts in outputs])
+        return dense, None, _TangentRows([ts for _, ts in outputs])
 
 
 class _TangentRows:
