@@ -619,8 +619,9 @@ def _sum(items):
 def _shape_arg(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
         shape = tuple(shape[0])
-    if not all(type(s) is int for s in shape):
-        raise NeedsTorch
+    for s in shape:             # (a loop: all() of a generator costs more, per reshape)
+        if type(s) is not int:
+            raise NeedsTorch
     return shape
 
 

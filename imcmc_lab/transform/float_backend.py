@@ -24,7 +24,7 @@ from numpy import array as _array
 
 from ..core.values import as_real, float64_vector
 from ..modeling.runtime import owned
-from .dual import MAX_VECTOR, Dual, DualVector, IdRange, NeedsTorch, unit_derivatives
+from .dual import MAX_VECTOR, Dual, DualVector, IdRange, NeedsTorch, _dual, unit_derivatives
 from .language import continuous
 
 __all__ = ["FloatBackend", "float_write"]
@@ -82,7 +82,7 @@ class FloatBackend:
         first = self.n_coordinates
         if not value.ndim:
             self.n_coordinates = first + 1
-            return range(first, first + 1), Dual(float(value), {first: 1.0})
+            return range(first, first + 1), _dual(float(value), {first: 1.0})
         if value.ndim != 1 or value.numel() > MAX_VECTOR:
             raise NeedsTorch
         values = value.tolist()
