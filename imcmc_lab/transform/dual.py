@@ -83,8 +83,15 @@ class NeedsTorch(BaseException):
 # ---------------------------------------------------------------------------
 # derivative dicts
 # ---------------------------------------------------------------------------
+# (Loops, not comprehensions: on Python 3.11 a comprehension is a call of its own, and
+# these run for every arithmetic operation of a transform.)
 def _scale(d, c):
-    return {k: c * g for k, g in d.items()} if d else _EMPTY
+    if not d:
+        return _EMPTY
+    out = {}
+    for k, g in d.items():
+        out[k] = c * g
+    return out
 
 
 def _axpy(d1, c1, d2, c2):
@@ -93,7 +100,9 @@ def _axpy(d1, c1, d2, c2):
         return _scale(d1, c1)
     if not d1:
         return _scale(d2, c2)
-    out = {k: c1 * g for k, g in d1.items()}
+    out = {}
+    for k, g in d1.items():
+        out[k] = c1 * g
     for k, g in d2.items():
         if k in out:
             out[k] += c2 * g
@@ -166,24 +175,24 @@ def _as_dual(x):
 
 def _s_add(a, b):
     a, b = _as_dual(a), _as_dual(b)
-    return Dual(a.v + b.v, _add(a.d, b.d))
+    return _dual(a.v + b.v, _add(a.d, b.d))
 
 
 def _s_sub(a, b):
     a, b = _as_dual(a), _as_dual(b)
-    return Dual(a.v - b.v, _add(a.d, b.d, -1.0))
+    return _dual(a.v - b.v, _add(a.d, b.d, -1.0))
 
 
 def _s_mul(a, b):
     a, b = _as_dual(a), _as_dual(b)
-    return Dual(a.v * b.v, _axpy(a.d, b.v, b.d, a.v))
+    return _dual(a.v * b.v, _axpy(a.d, b.v, b.d, a.v))
 
 
 def _s_div(a, b):
     a, b = _as_dual(a), _as_dual(b)
     v = _guard(float.__truediv__, a.v, b.v)
     inv = _guard(float.__truediv__, 1.0, b.v)
-    return Dual(v, _axpy(a.d, inv, b.d, -v * inv))
+    return _dual(v, _axpy(a.d, inv, b.d, -v * inv))
 
 
 def _s_pow(a, b):
@@ -194,14 +203,14 @@ def _s_pow(a, b):
     else:
         d_exp = _EMPTY
     if not a.d:
-        return Dual(v, d_exp)
+        return _dual(v, d_exp)
     if b.v == 0.0:
         d_base = _EMPTY      # torch: the derivative of x**0 is 0, even at x = 0
     elif b.v == 2.0:
         d_base = _scale(a.d, 2.0 * a.v)
     else:
         d_base = _scale(a.d, b.v * _guard(pow, a.v, b.v - 1.0))
-    return Dual(v, _add(d_base, d_exp))
+    return _dual(v, _add(d_base, d_exp))
 
 
 _SCALAR_OPS = {"add": _s_add, "sub": _s_sub, "mul": _s_mul, "truediv": _s_div, "pow": _s_pow}
@@ -288,43 +297,43 @@ class Dual(_TensorLike):
     def __add__(self, other):
         t = type(other)
         if t is Dual:
-            return Dual(self.v + other.v, _add(self.d, other.d))
+            return _dual(self.v + other.v, _add(self.d, other.d))
         if t is float or t is int:
-            return Dual(self.v + other, self.d)
+            return _dual(self.v + other, self.d)
         return _s_generic("add", self, other)
 
     def __radd__(self, other):
         t = type(other)
         if t is float or t is int:
-            return Dual(other + self.v, self.d)
+            return _dual(other + self.v, self.d)
         return _s_generic("add", self, other, True)
 
     def __sub__(self, other):
         t = type(other)
         if t is Dual:
-            return Dual(self.v - other.v, _add(self.d, other.d, -1.0))
+            return _dual(self.v - other.v, _add(self.d, other.d, -1.0))
         if t is float or t is int:
-            return Dual(self.v - other, self.d)
+            return _dual(self.v - other, self.d)
         return _s_generic("sub", self, other)
 
     def __rsub__(self, other):
         t = type(other)
         if t is float or t is int:
-            return Dual(other - self.v, _scale(self.d, -1.0))
+            return _dual(other - self.v, _scale(self.d, -1.0))
         return _s_generic("sub", self, other, True)
 
     def __mul__(self, other):
         t = type(other)
         if t is Dual:
-            return Dual(self.v * other.v, _axpy(self.d, other.v, other.d, self.v))
+            return _dual(self.v * other.v, _axpy(self.d, other.v, other.d, self.v))
         if t is float or t is int:
-            return Dual(self.v * other, _scale(self.d, float(other)))
+            return _dual(self.v * other, _scale(self.d, float(other)))
         return _s_generic("mul", self, other)
 
     def __rmul__(self, other):
         t = type(other)
         if t is float or t is int:
-            return Dual(other * self.v, _scale(self.d, float(other)))
+            return _dual(other * self.v, _scale(self.d, float(other)))
         return _s_generic("mul", self, other, True)
 
     def __truediv__(self, other):
@@ -333,23 +342,23 @@ class Dual(_TensorLike):
             b = other.v
             if b != 0.0:        # (zero: the generic path hands it to torch)
                 v = self.v / b
-                return Dual(v, _axpy(self.d, 1.0 / b, other.d, -v / b))
+                return _dual(v, _axpy(self.d, 1.0 / b, other.d, -v / b))
         elif (t is float or t is int) and other != 0:
-            return Dual(self.v / other, _scale(self.d, 1.0 / other))
+            return _dual(self.v / other, _scale(self.d, 1.0 / other))
         return _s_generic("truediv", self, other)
 
     def __rtruediv__(self, other):
         t = type(other)
         if (t is float or t is int) and self.v != 0.0:
             v = other / self.v
-            return Dual(v, _scale(self.d, -v / self.v))
+            return _dual(v, _scale(self.d, -v / self.v))
         return _s_generic("truediv", self, other, True)
 
     def __pow__(self, other):
         t = type(other)
         if t is float or t is int:
             if other == 2:
-                return Dual(_guard(pow, self.v, 2.0), _scale(self.d, 2.0 * self.v))
+                return _dual(_guard(pow, self.v, 2.0), _scale(self.d, 2.0 * self.v))
             return _s_pow(self, float(other))
         return _s_generic("pow", self, other)
 
@@ -357,7 +366,7 @@ class Dual(_TensorLike):
         return _s_generic("pow", self, other, True)
 
     def __neg__(self):
-        return Dual(-self.v, _scale(self.d, -1.0))
+        return _dual(-self.v, _scale(self.d, -1.0))
 
     def __pos__(self):
         return self
@@ -427,6 +436,17 @@ class Dual(_TensorLike):
 
     def __repr__(self):
         return f"Dual({self.v!r}, {self.d!r})"
+
+
+_new_object = object.__new__
+
+
+def _dual(v, d):
+    """``Dual(v, d)`` without a call of ``__init__`` (every arithmetic operation makes one)."""
+    x = _new_object(Dual)
+    x.v = v
+    x.d = d
+    return x
 
 
 # ---------------------------------------------------------------------------
@@ -599,8 +619,9 @@ def _sum(items):
 def _shape_arg(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
         shape = tuple(shape[0])
-    if not all(type(s) is int for s in shape):
-        raise NeedsTorch
+    for s in shape:             # (a loop: all() of a generator costs more, per reshape)
+        if type(s) is not int:
+            raise NeedsTorch
     return shape
 
 
@@ -626,8 +647,8 @@ def _unary(value_fn, slope_fn):
         x = _as_dual(lift(x)) if type(x) is not Dual else x
         fx = _guard(value_fn, x.v)
         if not x.d:
-            return Dual(fx, _EMPTY)
-        return Dual(fx, _scale(x.d, _guard(slope_fn, x.v, fx)))
+            return _dual(fx, _EMPTY)
+        return _dual(fx, _scale(x.d, _guard(slope_fn, x.v, fx)))
 
     def apply(x, *rest, **kwargs):
         if rest or kwargs:

@@ -20,13 +20,16 @@ from itertools import compress, count
 from operator import is_not
 
 import torch
+from numpy import array as _array
 
 from ..core.values import as_real, float64_vector
 from ..modeling.runtime import owned
-from .dual import MAX_VECTOR, Dual, DualVector, IdRange, NeedsTorch, unit_derivatives
+from .dual import MAX_VECTOR, Dual, DualVector, IdRange, NeedsTorch, _dual, unit_derivatives
 from .language import continuous
 
 __all__ = ["FloatBackend", "float_write"]
+
+_from_numpy = torch.from_numpy
 
 
 def float_write(value, label):
@@ -43,7 +46,7 @@ def float_write(value, label):
             return value.item(), None
         return owned(value), None
     if t is Dual:
-        return torch.scalar_tensor(value.v, dtype=torch.float64), [value.d]
+        return _from_numpy(_array(float(value.v))), [value.d]    # float64, 0-d: faster than scalar_tensor
     if t is DualVector:
         return float64_vector(value.tolist()), [x.d for x in value.items]
     if isinstance(value, torch.Tensor):
@@ -79,7 +82,7 @@ class FloatBackend:
         first = self.n_coordinates
         if not value.ndim:
             self.n_coordinates = first + 1
-            return range(first, first + 1), Dual(float(value), {first: 1.0})
+            return range(first, first + 1), _dual(float(value), {first: 1.0})
         if value.ndim != 1 or value.numel() > MAX_VECTOR:
             raise NeedsTorch
         values = value.tolist()
@@ -138,32 +141,26 @@ class FloatBackend:
 
     @staticmethod
     def rows(outputs, inputs, kept_rows, kept_cols, passes):
-        """``(matrix as nested lists, nonzero (row, col) pairs, row source)`` of the kept rows
-        and columns, read off the tangents: each id's own derivative, plus an IdRange
-        key's at every kept id in it."""
+        """``(matrix as nested lists, None, row source)`` of the kept rows and columns, read
+        off the tangents: each id's own derivative, plus an IdRange key's at every kept id
+        in it. (None: the nonzero pattern is taken from the matrix when needed.)"""
         col_of = {ids[j]: q for q, (_, _, j, ids) in enumerate(kept_cols)}
         n_cols = len(kept_cols)
-        dense, nonzeros, range_cols = [], [], {}
-        for p, (_, _, k, tangents) in enumerate(kept_rows):
+        dense, range_cols = [], {}
+        for _, _, k, tangents in kept_rows:
             entries = [0.0] * n_cols
-            first, has_range = len(nonzeros), False
             for i, g in tangents[k].items():
                 q = col_of.get(i)
                 if q is not None:
                     entries[q] += g
-                    if g != 0.0:
-                        nonzeros.append((p, q))
                 elif type(i) is IdRange:
-                    has_range = True
                     qs = range_cols.get(i)
                     if qs is None:
                         qs = range_cols[i] = [q for j, q in col_of.items() if j in i.ids]
                     for q in qs:
                         entries[q] += g
-            if has_range:                   # sums may cancel: take the nonzeros from the entries
-                nonzeros[first:] = [(p, q) for q, g in enumerate(entries) if g != 0.0]
             dense.append(entries)
-        return dense, nonzeros, _TangentRows([ts for _, ts in outputs])
+        return dense, None, _TangentRows([ts for _, ts in outputs])
 
 
 class _TangentRows:

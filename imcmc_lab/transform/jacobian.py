@@ -333,14 +333,22 @@ def reduced_jacobian(outputs, inputs, backend):
         passes, kept_rows, kept_cols = find_pass_through(outputs, inputs, None)
         found = backend.rows(outputs, inputs, kept_rows, kept_cols, passes)
     matrix, nonzeros, source = found
-    parts, total = _block_logdets(len(kept_rows), len(kept_cols), matrix, nonzeros)
+    m, n = len(kept_rows), len(kept_cols)
+    # A small matrix's log |det| (eliminated in Python, as its blocks would be) is the sum
+    # over its blocks, up to rounding when they are several: the blocks are found only when
+    # a view asks, or when it is not finite (a block that is not square is exactly
+    # singular, and the problem names the blocks).
+    parts, total = None, logabsdet(matrix) if m == n <= 16 else -math.inf
+    if not math.isfinite(total):
+        parts, total = _block_logdets(m, n, matrix, nonzeros)
     out_groups = [g for g, _ in outputs]
 
     def layout():
         rows = [group.coordinate(k) for _, group, k, _ in kept_rows]
         cols = [group.coordinate(j) for _, group, j, _ in kept_cols]
+        blocks = parts if parts is not None else _block_logdets(m, n, matrix, nonzeros)[0]
         return rows, cols, [Block([rows[i] for i in brows], [cols[j] for j in bcols], sub, logdet)
-                            for brows, bcols, sub, logdet in parts]
+                            for brows, bcols, sub, logdet in blocks]
 
     def pass_through():
         outs = _coordinates(out_groups, [r + t for r, _, n in passes for t in range(n)])
@@ -413,9 +421,11 @@ def _uncovered(spans, n):
 
 
 def _block_logdets(m, n, matrix, nonzeros):
-    """The independent blocks of the ``m x n`` reduced matrix (nested lists or a tensor)
-    as ``(rows, cols, sub-matrix, log |det|)``, and the sum of their ``log |det|``; a
+    """The independent blocks of the ``m x n`` reduced matrix (nested lists or a tensor;
+    ``nonzeros`` its nonzero ``(row, col)`` pairs, or None to find them) as ``(rows, cols, sub-matrix, log |det|)``, and the sum of their ``log |det|``; a
     block that is not square makes the matrix singular."""
+    if nonzeros is None:        # (the float path: from the nested lists)
+        nonzeros = [(i, j) for i, row in enumerate(matrix) for j, g in enumerate(row) if g != 0.0]
     parts, total = [], 0.0
     for brows, bcols in components_of(m, n, nonzeros):
         if len(brows) == m and len(bcols) == n:

@@ -63,6 +63,9 @@ def _as_label(label):
     raise TransformError(f"a label is il.discrete or il.continuous, got {label!r}")
 
 
+_new_object = object.__new__
+
+
 class TraceHandle:
     """One of the four traces a transform sees; indexing gives an :class:`AddressRef`."""
 
@@ -72,9 +75,13 @@ class TraceHandle:
         self.name, self.side, self.is_input, self.interp = name, side, is_input, interp
 
     def __getitem__(self, address):
+        ref = _new_object(AddressRef)       # (AddressRef(...) without its __init__ call: per statement)
+        ref.handle = self
         if type(address) is str:            # the common case, as normalize_address spells it
-            return AddressRef(self, (address,))
-        return AddressRef(self, normalize_address(address) if address != () else ())
+            ref.address = (address,)
+        else:
+            ref.address = normalize_address(address) if address != () else ()
+        return ref
 
     @property
     def trace(self):
