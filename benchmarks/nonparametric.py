@@ -222,7 +222,7 @@ def walk_sweep(runs, burn, keep=960, coordinates="unit", step_sizes=(0.1 / 3, 0.
     gradient evaluations), with 5-95% bootstrap intervals over runs. With unit coordinates ε
     moves the start (uniform(0, 3)) by 3ε in value per update: ε = 0.1/3 is the thesis's
     reference code's step in the start's value (its steps, uniform(-1, 1), then move 2ε)."""
-    scale = 3.0 if coordinates == "unit" else float("nan")
+    start_step = (lambda eps: f"{3 * eps:10.3f}") if coordinates == "unit" else (lambda eps: f"{'-':>10}")
     print(f"walk sweep ({coordinates} coordinates, L={n_steps}, {runs} × {keep} kept after {burn}, ε jittered ±50%)")
     print(f"{'ε':>7} {'start/step':>10} | {'summed α=1':>10} {'α=0.1':>6} {'ratio [5-95%]':>17} | {'mean α=1':>8} "
           f"{'α=0.1':>6} {'ratio [5-95%]':>17} | {'acc α=1':>7} {'α=0.1':>6} | {'mean start α=1, 0.1':>19} | "
@@ -230,7 +230,7 @@ def walk_sweep(runs, burn, keep=960, coordinates="unit", step_sizes=(0.1 / 3, 0.
     for eps in step_sizes:
         one, low = (walk_stats(alpha, runs, burn, keep, coordinates, eps, n_steps) for alpha in (1.0, 0.1))
         (s5, s95), (m5, m95) = _ratio_interval(one, low)
-        print(f"{eps:7.4f} {scale * eps:10.3f} | {one['summed']:10.0f} {low['summed']:6.0f} "
+        print(f"{eps:7.4f} {start_step(eps)} | {one['summed']:10.0f} {low['summed']:6.0f} "
               f"{low['summed'] / one['summed']:5.2f} [{s5:4.2f}-{s95:4.2f}] | {one['mean']:8.0f} {low['mean']:6.0f} "
               f"{low['mean'] / one['mean']:5.2f} [{m5:4.2f}-{m95:4.2f}] | {100 * one['acceptance']:6.1f}% "
               f"{100 * low['acceptance']:5.1f}% | {one['start']:9.4f} {low['start']:9.4f} | "
