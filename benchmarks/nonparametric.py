@@ -21,8 +21,16 @@ reference code):
    the distance limit: its log-likelihood, about -3960, is flat in that region, and one such
    run of 10 stayed there for all 1,460 moves, for α = 1 as for α = 0.1.) ESS: ArviZ's bulk ESS, per run, summed over runs; and of
    the 10 runs pooled as chains (which also counts the disagreement between runs), also with
-   ``method="mean"`` (NumPyro's estimator, which the thesis used). ``--walk-coordinates
-   normal`` runs the N(0, 1) coordinates instead of the default unit ones.
+   ``method="mean"`` (NumPyro's estimator, which the thesis used); and the acceptance rate.
+   ``--walk-coordinates normal`` runs the N(0, 1) coordinates instead of the default unit
+   ones; ``--walk-step-size`` and ``--walk-steps`` set ε and L (also for ``walk-energy``).
+5. ``--only walk-sweep``: ESS(α = 0.1) / ESS(α = 1) for each ε of ``--walk-sweep`` (L =
+   ``--walk-steps`` for both α, so the same gradient evaluations), summed over runs and
+   pooled with ``method="mean"``, each with a 5-95% bootstrap interval over runs, and the
+   acceptance rates. A unit coordinate moves the start (uniform(0, 3)) by 3ε in value per
+   update, the steps (uniform(-1, 1)) by 2ε; the reference code, in native coordinates,
+   moves both by ε: at ε = 0.1/3 our start takes the thesis's steps (0.1 in value, 0.5 per
+   trajectory), and persistence gains as ε shrinks relative to the posterior's width.
 
 LPPD = Σ over the 50 test points of log (mean over the kept samples of the point's mixture
 density), the first 10% of each run discarded (the reference code's default burn-in; its
@@ -31,8 +39,8 @@ mixture line also prints that LPPD, "without burn-in"). The ± is the standard d
 
 Run: ``python benchmarks/nonparametric.py`` (runs of the thesis's length: tens of minutes on
 a quiet 2-core machine), or ``--quick`` (1 run, 100 GMM and 40 DPMM moves, 300 geometric,
-2 walk runs); ``--only walk`` (or ``mixtures``, ``gmm``, ``dpmm``, ``geometric``, ``walk-energy``:
-the walk's autocorrelation times of the start and of the energy; ``dpmm-prior``: the DPMM
+2 walk runs); ``--only walk`` (or ``mixtures``, ``gmm``, ``dpmm``, ``geometric``, ``walk-sweep``,
+``walk-energy``: the walk's autocorrelation times of the start and of the energy; ``dpmm-prior``: the DPMM
 without data, whose number of sticks is exactly 1 + Poisson(5 log 100)) runs one part; ``--runs``,
 ``--gmm-moves``, ``--dpmm-moves`` shorten the mixture runs.
 """
@@ -134,59 +142,106 @@ def geometric_speed(moves):
     print(f"geometric NP-DHMC (L=5, ε=0.1): {rate:.0f} iterations/s (CPU)   (thesis {THESIS['geometric']})")
 
 
-def walk_chain(alpha, seed, burn, keep, coordinates="unit"):
-    """One walk chain: the kept starts, the gradient evaluations of the kept moves, and the
-    total energy H at the start of each kept move."""
+def walk_chain(alpha, seed, burn, keep, coordinates="unit", step_size=0.1, n_steps=5):
+    """One walk chain: the kept starts, the gradient evaluations of the kept moves, the total
+    energy H at the start of each kept move, and the acceptance rate of the kept moves."""
     torch.manual_seed(seed)
     draws = [walk.generate((), {"distance": 1.1}) for _ in range(300)]     # importance resampling:
     weights = torch.tensor([w for _, w in draws], dtype=torch.float64)       # a start in the posterior's bulk
     trace = draws[int(torch.multinomial(torch.softmax(weights, 0), 1))][0]
-    kernel = il.NPHMC(il.select("start", "step"), 0.1, 5, discontinuous=il.select("start", "step"),
+    kernel = il.NPHMC(il.select("start", "step"), step_size, n_steps, discontinuous=il.select("start", "step"),
                       persistence=alpha, coordinates=coordinates)
-    starts, gradients, energies = [], 0, []
+    starts, gradients, energies, accepted = [], 0, [], 0
     for i in range(burn + keep):
-        trace, _ = kernel(trace)
+        trace, ok = kernel(trace)
         if i >= burn:
             record = kernel.last_record
             starts.append(float(trace["start"]))
             gradients += record.gradient_evaluations
+            accepted += ok
             energies.append(-record.energy["loglik"][0] + record.energy["prior"][0] + record.energy["kinetic"][0])
-    return starts, gradients, energies
+    return starts, gradients, energies, accepted / keep
 
 
-def walk_energy(moves=3000, alphas=(1.0, 0.5, 0.1), coordinates="unit"):
+def walk_energy(moves=3000, alphas=(1.0, 0.5, 0.1), coordinates="unit", step_size=0.1, n_steps=5):
     """Integrated autocorrelation times (moves / ESS) of the start and of the energy H, one
     chain per α: why persistence helps the walk less than the thesis reports."""
     import arviz as az
 
     for alpha in alphas:
-        starts, _, energies = walk_chain(alpha, 3, 100, moves, coordinates)
+        starts, _, energies, _ = walk_chain(alpha, 3, 100, moves, coordinates, step_size, n_steps)
         tau = [moves / float(az.ess(np.array(x)[None])) for x in (starts, energies)]
-        print(f"walk ({coordinates}) α={alpha:<4} {moves} moves: autocorrelation time of the start {tau[0]:.1f} moves, "
+        print(f"walk ({coordinates}, ε={step_size:g}, L={n_steps}) α={alpha:<4} {moves} moves: autocorrelation time of the start {tau[0]:.1f} moves, "
               f"of H {tau[1]:.1f} moves", flush=True)
 
 
-def walk_ess(runs, burn, keep=960, alphas=(1.0, 0.5, 0.1), coordinates="unit"):
+def walk_stats(alpha, runs, burn, keep=960, coordinates="unit", step_size=0.1, n_steps=5):
+    """ESS of the start over ``runs`` chains: per run summed, pooled, pooled with ArviZ's
+    ``method="mean"``; with the mean start, acceptance, gradient evaluations and CPU seconds."""
     import arviz as az
 
+    start = time.process_time()
+    chains, gradients, _, acceptance = zip(*(walk_chain(alpha, seed, burn, keep, coordinates, step_size, n_steps)
+                                             for seed in range(runs)))
+    chains = np.array(chains)
+    per_run = np.array([float(az.ess(chains[i:i + 1])) for i in range(runs)])
+    return dict(summed=per_run.sum(), per_run=per_run, chains=chains, pooled=float(az.ess(chains)),
+                mean=float(az.ess(chains, method="mean")), start=float(chains.mean()),
+                acceptance=float(np.mean(acceptance)), gradients=sum(gradients),
+                seconds=time.process_time() - start)
+
+
+def walk_ess(runs, burn, keep=960, alphas=(1.0, 0.5, 0.1), coordinates="unit", step_size=0.1, n_steps=5):
     for alpha in alphas:
-        start = time.process_time()
-        chains, gradients, _ = zip(*(walk_chain(alpha, seed, burn, keep, coordinates) for seed in range(runs)))
-        chains = np.array(chains)
-        per_run = [float(az.ess(chains[i:i + 1])) for i in range(runs)]
-        thesis = THESIS["walk"].get(alpha, "-")
-        print(f"walk ({coordinates}) α={alpha:<4} {runs} × {keep} kept (burn-in {burn}): ESS summed over runs {sum(per_run):6.0f}, "
-              f"pooled {float(az.ess(chains)):5.0f} (method 'mean', as the thesis's NumPyro ESS: "
-              f"{float(az.ess(chains, method='mean')):5.0f}), mean start {chains.mean():.4f} (exact 0.5910), "
-              f"{sum(gradients)} gradient evaluations, {time.process_time() - start:.0f} s   (thesis {thesis})",
-              flush=True)
+        r = walk_stats(alpha, runs, burn, keep, coordinates, step_size, n_steps)
+        thesis = THESIS["walk"].get(alpha, "-") if (step_size, n_steps) == (0.1, 5) else "-"
+        print(f"walk ({coordinates}, ε={step_size:g}, L={n_steps}) α={alpha:<4} {runs} × {keep} kept (burn-in {burn}): "
+              f"ESS summed over runs {r['summed']:6.0f}, pooled {r['pooled']:5.0f} (method 'mean', as the thesis's "
+              f"NumPyro ESS: {r['mean']:5.0f}), mean start {r['start']:.4f} (exact 0.5910), acceptance "
+              f"{100 * r['acceptance']:.1f}%, {r['gradients']} gradient evaluations, {r['seconds']:.0f} s   "
+              f"(thesis {thesis})", flush=True)
+
+
+def _ratio_interval(one, low, draws=1000):
+    """5-95% bootstrap interval (runs resampled, each α on its own) of the ratios
+    ESS(α = 0.1) / ESS(α = 1), summed over runs and pooled with ``method="mean"``."""
+    import arviz as az
+
+    rng, summed, pooled = np.random.default_rng(0), [], []
+    runs = len(one["per_run"])
+    for i in range(draws):
+        a, b = rng.integers(runs, size=runs), rng.integers(runs, size=runs)
+        summed.append(low["per_run"][b].sum() / one["per_run"][a].sum())
+        if i < draws // 5:              # the pooled ESS costs more: fewer draws
+            pooled.append(float(az.ess(low["chains"][b], method="mean")) / float(az.ess(one["chains"][a], method="mean")))
+    return np.percentile(summed, [5, 95]), np.percentile(pooled, [5, 95])
+
+
+def walk_sweep(runs, burn, keep=960, coordinates="unit", step_sizes=(0.1 / 3, 0.05, 0.1), n_steps=5):
+    """ESS(α = 0.1) / ESS(α = 1) over step sizes ε, L = ``n_steps`` for both α (the same
+    gradient evaluations), with 5-95% bootstrap intervals over runs. With unit coordinates ε
+    moves the start (uniform(0, 3)) by 3ε in value per update: ε = 0.1/3 is the thesis's
+    reference code's step in the start's value (its steps, uniform(-1, 1), then move 2ε)."""
+    start_step = (lambda eps: f"{3 * eps:10.3f}") if coordinates == "unit" else (lambda eps: f"{'-':>10}")
+    print(f"walk sweep ({coordinates} coordinates, L={n_steps}, {runs} × {keep} kept after {burn}, ε jittered ±50%)")
+    print(f"{'ε':>7} {'start/step':>10} | {'summed α=1':>10} {'α=0.1':>6} {'ratio [5-95%]':>17} | {'mean α=1':>8} "
+          f"{'α=0.1':>6} {'ratio [5-95%]':>17} | {'acc α=1':>7} {'α=0.1':>6} | {'mean start α=1, 0.1':>19} | "
+          f"gradient evals", flush=True)
+    for eps in step_sizes:
+        one, low = (walk_stats(alpha, runs, burn, keep, coordinates, eps, n_steps) for alpha in (1.0, 0.1))
+        (s5, s95), (m5, m95) = _ratio_interval(one, low)
+        print(f"{eps:7.4f} {start_step(eps)} | {one['summed']:10.0f} {low['summed']:6.0f} "
+              f"{low['summed'] / one['summed']:5.2f} [{s5:4.2f}-{s95:4.2f}] | {one['mean']:8.0f} {low['mean']:6.0f} "
+              f"{low['mean'] / one['mean']:5.2f} [{m5:4.2f}-{m95:4.2f}] | {100 * one['acceptance']:6.1f}% "
+              f"{100 * low['acceptance']:5.1f}% | {one['start']:9.4f} {low['start']:9.4f} | "
+              f"{one['gradients']} / {low['gradients']} ({one['seconds'] + low['seconds']:.0f} s)", flush=True)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", choices=("geometric", "walk", "walk-energy", "mixtures", "gmm", "dpmm",
-                                           "dpmm-prior"))
+    parser.add_argument("--only", choices=("geometric", "walk", "walk-energy", "walk-sweep", "mixtures", "gmm",
+                                           "dpmm", "dpmm-prior"))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--gmm-moves", type=int, default=1000)
     parser.add_argument("--dpmm-moves", type=int, default=150)
@@ -196,14 +251,22 @@ def main():
     parser.add_argument("--walk-burn", type=int, default=100)
     parser.add_argument("--walk-coordinates", choices=("unit", "normal"), default="unit",
                         help="the walk's coordinates: U(0, 1) (the default) or N(0, 1) reference")
+    parser.add_argument("--walk-step-size", type=float, default=0.1, help="the walk's ε (before jitter)")
+    parser.add_argument("--walk-steps", type=int, default=5, help="the walk's L (steps per move)")
+    parser.add_argument("--walk-sweep", default="0.0333333,0.05,0.1",
+                        help="comma-separated step sizes ε for --only walk-sweep")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.only in (None, "geometric"):
         geometric_speed(300 if args.quick else 3000)
     if args.only in (None, "walk"):
-        walk_ess(2 if args.quick else args.walk_runs, args.walk_burn, coordinates=args.walk_coordinates)
+        walk_ess(2 if args.quick else args.walk_runs, args.walk_burn, coordinates=args.walk_coordinates,
+                 step_size=args.walk_step_size, n_steps=args.walk_steps)
+    if args.only == "walk-sweep":
+        walk_sweep(2 if args.quick else args.walk_runs, args.walk_burn, coordinates=args.walk_coordinates,
+                   step_sizes=[float(x) for x in args.walk_sweep.split(",")], n_steps=args.walk_steps)
     if args.only == "walk-energy":
-        walk_energy(coordinates=args.walk_coordinates)
+        walk_energy(coordinates=args.walk_coordinates, step_size=args.walk_step_size, n_steps=args.walk_steps)
     if args.only == "dpmm-prior":
         dpmm_prior(60 if args.quick else 300)
     if args.only in (None, "mixtures", "gmm", "dpmm"):
