@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import imcmc_lab as il
+from imcmc_lab.core.distributions import as_param, constraints
 from imcmc_lab.core.distributions.mixtures import MixtureOfNormals
 from imcmc_lab.examples import mixture, per_point, two_clusters
 from imcmc_lab.modeling.execution import count_work
@@ -397,3 +398,51 @@ def test_only_provably_single_choice_kernels_are_scored_together():
     for fn in (_point_run.fn, _attribute, _called, _default, _nested_address, _global_arithmetic, closure):
         assert single_choice_kernel(fn) is None, fn.__name__
 
+
+
+class _Faulty(il.Distribution):
+    """normal(center, 1), except that from ``center >= 1`` on its density is +inf above 0.5 and
+    0 below -0.5, and from ``center <= -1`` on it is NaN above 0.5 (a user's distribution
+    gone wrong)."""
+
+    name = "faulty"
+    arg_constraints = {"center": constraints.real}
+    __slots__ = ("center",)
+
+    def __init__(self, center):
+        super().__init__(center)
+        self.center = as_param(center)
+
+    def sample(self):
+        return self.center + torch.randn((), dtype=torch.float64)
+
+    def log_prob(self, x):
+        z = x - self.center
+        lp = -0.5 * z * z - 0.5 * math.log(2 * math.pi)
+        if self.center >= 1:
+            lp = torch.where(x > 0.5, math.inf, torch.where(x < -0.5, -math.inf, lp))
+        if self.center <= -1:
+            lp = torch.where(x > 0.5, math.nan, lp)
+        return lp
+
+
+@il.gen
+def _faulty_points(n):
+    c = il.normal(0.0, 1.0) @ "c"
+    for i in range(n):
+        _Faulty(c) @ ("x", i)
+
+
+def test_nan_and_infinite_densities_in_a_rescored_compact_family_are_as_written():
+    """A NaN density raises the error naming the first element, as the loop run as written
+    does; +inf and -inf densities together (a NaN sum with no NaN element) are a NaN weight."""
+    plain = il.gen(_faulty_points.__wrapped__, lower=False)
+    given = {"c": 0.0, **{("x", i): v for i, v in enumerate(torch.linspace(-1, 1, 12, dtype=torch.float64))}}
+    a, b = _faulty_points.generate((12,), given)[0], plain.generate((12,), given)[0]
+    assert _faulty_points.lowered and type(a._records[next(reversed(a._records))]).__name__ == "FamilyRecord"
+    error = _error(lambda: a.update({"c": -1.0}))
+    assert error == _error(lambda: b.update({"c": -1.0})) and error[0] == "DistributionError"
+    assert "('x', 9)" in error[1] and "NaN" in error[1]
+    (ta, wa, _), (tb, wb, _) = a.update({"c": 1.0}), b.update({"c": 1.0})
+    assert math.isnan(wa) and math.isnan(wb) and _values(ta) == _values(tb)
+    assert [r.logpdf for r in ta.flat_records().values()] == [r.logpdf for r in tb.flat_records().values()]

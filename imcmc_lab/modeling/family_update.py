@@ -293,10 +293,11 @@ def _compact_update(tracer, namespace, keys, dist, line, addresses):
             return None
         if same:
             new_logpdfs[redo] = float64_vector([dist.logpdf(v) for v in given])
-        if bool(torch.isnan(new_logpdfs).any()):
-            return None         # choice() names the first element whose density is NaN
+        total = float(new_logpdfs.sum())
+        if math.isnan(total):   # a NaN density (or +inf and -inf ones): element by element,
+            return None         # where choice() names the first element whose density is NaN
         values = old.values if not redo else FamilyValues(tensor, _kept_elements(old.values, redo, given))
-        family = FamilyRecord(namespace, keys, dist, values, new_logpdfs, float(new_logpdfs.sum()), line)
+        family = FamilyRecord(namespace, keys, dist, values, new_logpdfs, total, line)
     _commit(tracer, family, old, addresses, redo, new_logpdfs, same)
     return family
 
