@@ -104,6 +104,66 @@ def test_large_mixture_records_are_the_same_either_way(case, monkeypatch):
     assert records[0] == records[1]
 
 
+@il.gen
+def _latent_points(n):
+    mu = il.normal(0.0, 1.0) @ "mu"
+    for i in range(n):
+        il.normal(mu, 1.0) @ ("z", i)
+
+
+@il.gen
+def _shift_aux(trace):
+    il.normal(0.0, 0.5) @ "u"
+
+
+@il.transform
+def _shift_one(model_in, aux_in, model_out, aux_out):
+    z, u = read(model_in["z", 5], continuous), read(aux_in["u"], continuous)
+    write(model_out["z", 5], z + u, continuous)
+    write(aux_out["u"], -u, continuous)
+
+
+@il.transform
+def _swap_two(model_in, aux_in, model_out, aux_out):
+    il.copy(model_in["z", 3], model_out["z", 7])
+    il.copy(model_in["z", 7], model_out["z", 3])
+    il.copy(aux_in["u"], aux_out["u"])
+
+
+@il.transform
+def _loses_one(model_in, aux_in, model_out, aux_out):
+    u = read(aux_in["u"], continuous)
+    write(model_out["z", 5], u, continuous)     # the old z5 is neither read nor copied
+    write(aux_out["u"], u, continuous)
+
+
+@il.transform
+def _duplicates_one(model_in, aux_in, model_out, aux_out):
+    il.copy(model_in["z", 3], model_out["z", 7])
+    il.copy(aux_in["u"], aux_out["u"])          # z3 keeps its value and reaches z7 too
+
+
+@pytest.mark.usefixtures("compact_families_from_8")
+@pytest.mark.parametrize("f", [_shift_one, _swap_two, _loses_one, _duplicates_one])
+def test_compact_family_elements_are_accounted_the_same_either_way(f, monkeypatch):
+    """A transform that reads, writes or copies elements of a compact family (the model's
+    ``for i in ...: normal(mu, 1) @ ("z", i)``): the same record, or the same error, whether
+    ``_account`` visits every address or the touched ones."""
+    torch.manual_seed(2)
+    x = _latent_points.simulate(30)
+    assert type(x._records[next(reversed(x._records))]).__name__ == "FamilyRecord"
+    y = _shift_aux.simulate(x)
+    results = []
+    for threshold in (ALWAYS, NEVER):
+        monkeypatch.setattr(apply_module, "_RESTRICT_ABOVE", threshold)
+        try:
+            results.append(_record(il.apply_transform(f, x, y, _shift_aux)))
+        except il.TransformError as exc:
+            results.append((type(exc), str(exc)))
+    assert results[0] == results[1]
+    assert (type(results[0]) is tuple) == (f in (_loses_one, _duplicates_one))
+
+
 # ---------------------------------------------------------------------------
 # the float path against torch autograd
 # ---------------------------------------------------------------------------

@@ -703,8 +703,12 @@ class FlatRecords(Mapping):
             rec = family_element(self._families, address)
         return default if rec is None else rec
 
-    def __contains__(self, address):
-        return self.get(address) is not None
+    def __contains__(self, address):        # (get() would make an element's record)
+        return address in self._plain or self._in_family(address)
+
+    def _in_family(self, address):
+        found = self._families.get(address[:-1]) if len(address) > 1 else None
+        return bool(found) and any(family.position(address[-1]) is not None for family in found)
 
     def __len__(self):
         return self._n
@@ -719,8 +723,17 @@ class FlatRecords(Mapping):
             out += part.items() if type(part) is dict else part[1].items(part[0])
         return out
 
+    def missing(self, addresses) -> list:
+        """The addresses of ``addresses`` (a set) that are not here, visiting only those."""
+        return [a for a in addresses.difference(self._plain) if not self._in_family(a)]
+
     def restricted(self, addresses) -> dict:
-        """The records at ``addresses`` (a set), in trace order, visiting only those."""
+        """The records at ``addresses`` (a set), in trace order, visiting only those (and
+        the records outside families: one scan in C)."""
+        plain = self._plain
+        elements = [a for a in addresses.difference(plain) if self._in_family(a)]
+        if not elements:        # none in a family: the records outside them are in trace order
+            return {a: plain[a] for a in filter(addresses.__contains__, plain)}
         out = {}
         for part in self._parts:
             if type(part) is dict:
@@ -728,7 +741,7 @@ class FlatRecords(Mapping):
                 continue
             prefix, family = part
             head = prefix + (family.namespace,)
-            mine = [(i, a) for a in addresses if a[:-1] == head
+            mine = [(i, a) for a in elements if a[:-1] == head
                     for i in [family.position(a[-1])] if i is not None]
             out.update((a, family.record(i)) for i, a in sorted(mine))
         return out

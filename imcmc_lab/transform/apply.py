@@ -300,7 +300,7 @@ def _missing(addresses, flat):
     """The addresses (a set) that ``flat`` lacks, visiting only those addresses."""
     if type(flat) is dict:
         return addresses.difference(flat)
-    return [a for a in addresses if a not in flat]      # a trace's FlatRecords (compact families)
+    return flat.missing(addresses)      # a trace's FlatRecords (compact families)
 
 
 def _restricted(flat, addresses):
