@@ -124,6 +124,13 @@ def _shift_one(model_in, aux_in, model_out, aux_out):
 
 
 @il.transform
+def _shift_mean(model_in, aux_in, model_out, aux_out):
+    mu, u = read(model_in["mu"], continuous), read(aux_in["u"], continuous)
+    write(model_out["mu"], mu + u, continuous)
+    write(aux_out["u"], -u, continuous)
+
+
+@il.transform
 def _swap_two(model_in, aux_in, model_out, aux_out):
     il.copy(model_in["z", 3], model_out["z", 7])
     il.copy(model_in["z", 7], model_out["z", 3])
@@ -144,23 +151,26 @@ def _duplicates_one(model_in, aux_in, model_out, aux_out):
 
 
 @pytest.mark.usefixtures("compact_families_from_8")
-@pytest.mark.parametrize("f", [_shift_one, _swap_two, _loses_one, _duplicates_one])
+@pytest.mark.parametrize("f", [_shift_mean, _shift_one, _swap_two, _loses_one, _duplicates_one])
 def test_compact_family_elements_are_accounted_the_same_either_way(f, monkeypatch):
     """A transform that reads, writes or copies elements of a compact family (the model's
-    ``for i in ...: normal(mu, 1) @ ("z", i)``): the same record, or the same error, whether
-    ``_account`` visits every address or the touched ones."""
+    ``for i in ...: normal(mu, 1) @ ("z", i)``), or leaves them alone: the same record, or
+    the same error, whether ``_account`` visits every address, the touched ones, or those
+    outside the family when the transform touches none of its elements."""
     torch.manual_seed(2)
     x = _latent_points.simulate(30)
     assert type(x._records[next(reversed(x._records))]).__name__ == "FamilyRecord"
     y = _shift_aux.simulate(x)
     results = []
-    for threshold in (ALWAYS, NEVER):
+    for threshold, skip_families in ((ALWAYS, True), (NEVER, True), (NEVER, False)):
         monkeypatch.setattr(apply_module, "_RESTRICT_ABOVE", threshold)
+        if not skip_families:
+            monkeypatch.setattr(apply_module, "_outside_untouched_families", lambda run, x, xn: (x, xn))
         try:
             results.append(_record(il.apply_transform(f, x, y, _shift_aux)))
         except il.TransformError as exc:
             results.append((type(exc), str(exc)))
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
     assert (type(results[0]) is tuple) == (f in (_loses_one, _duplicates_one))
 
 

@@ -676,20 +676,32 @@ def family_element(families, address):
 class FlatRecords(Mapping):
     """``flat_records()`` of a trace holding compact families: every choice by full address,
     in trace order, without making a record per family element until one is asked for.
-    ``parts`` is the trace order: dicts of records and ``(prefix, FamilyRecord)`` pairs."""
+    ``parts`` is the trace order: dicts of records and ``(prefix, FamilyRecord)`` pairs.
 
-    __slots__ = ("_plain", "_parts", "_families", "_n")
+    ``outside``: the records outside the families, in trace order (a dict); ``layout``: the
+    families' namespace addresses and keys, in trace order (two traces with equal layouts
+    hold the same family addresses)."""
+
+    __slots__ = ("_plain", "_parts", "_families", "_n", "layout")
 
     def __init__(self, parts):
         self._parts, self._plain, self._families, self._n = parts, {}, {}, 0
+        layout = []
         for part in parts:
             if type(part) is dict:
                 self._plain.update(part)
             else:
                 prefix, family = part
-                self._families.setdefault(prefix + (family.namespace,), []).append(family)
+                head = prefix + (family.namespace,)
+                self._families.setdefault(head, []).append(family)
+                layout.append((head, family.keys))
                 self._n += len(family)
         self._n += len(self._plain)
+        self.layout = tuple(layout)
+
+    @property
+    def outside(self) -> dict:
+        return self._plain
 
     def __getitem__(self, address):
         rec = self.get(address)

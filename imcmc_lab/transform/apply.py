@@ -199,11 +199,10 @@ def _account(run: TransformRun, model_trace, aux_trace, new_model, new_aux, app)
     y_flat = aux_trace.flat_records()
     xn_flat = new_model.flat_records()
     yn_flat = new_aux.flat_records() if new_aux is not None else {}
-    if len(x_flat) + len(xn_flat) > _RESTRICT_ABOVE:
-        touched = _touched_model_addresses(run, x_flat, xn_flat)
-        x_part, xn_part = _restricted(x_flat, touched), _restricted(xn_flat, touched)
-    else:
-        x_part, xn_part = x_flat, xn_flat
+    x_part, xn_part = _outside_untouched_families(run, x_flat, xn_flat)
+    if len(x_part) + len(xn_part) > _RESTRICT_ABOVE:
+        touched = _touched_model_addresses(run, x_part, xn_part)
+        x_part, xn_part = _restricted(x_part, touched), _restricted(xn_part, touched)
     consumed, written_outputs = _match_outputs(run, ((MODEL, xn_part), (AUX, yn_flat)))
     remaining_inputs, read_inputs = _match_inputs(run, ((MODEL, x_part), (AUX, y_flat)), consumed, xn_flat)
     _check_dimension(run, remaining_inputs, written_outputs)
@@ -278,6 +277,21 @@ def _check_dimension(run, remaining_inputs, written_outputs):
             f"Inputs read: {ins}. Outputs written: {outs}. Add auxiliary choices on the smaller "
             f"side (e.g. sample them in the auxiliary program) or write the missing outputs."
         )
+
+
+def _outside_untouched_families(run, x_flat, xn_flat):
+    """``(x_flat, xn_flat)``, without their compact families when both traces hold the same
+    ones (addresses) and the transform touches no address under them (one of a per-point
+    loop's data, say): every element is then an implicit copy of itself, which _account
+    need not visit (as it need not visit any untouched address)."""
+    layout = getattr(x_flat, "layout", None)
+    if layout is None or layout != getattr(xn_flat, "layout", None):
+        return x_flat, xn_flat
+    heads = {head for head, _ in layout}
+    if any(key[1][:-1] in heads for key in chain(run.reads, run.writes, run.copied_to)) or \
+            any(c.src_address[:-1] in heads for c in run.copies):
+        return x_flat, xn_flat
+    return x_flat.outside, xn_flat.outside
 
 
 def _touched_model_addresses(run, x_flat, xn_flat):
