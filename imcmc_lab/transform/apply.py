@@ -284,8 +284,10 @@ def _outside_untouched_families(run, x_flat, xn_flat):
     ones (addresses) and the transform touches no address under them (one of a per-point
     loop's data, say): every element is then an implicit copy of itself, which _account
     need not visit (as it need not visit any untouched address)."""
-    layout = getattr(x_flat, "layout", None)
-    if layout is None or layout != getattr(xn_flat, "layout", None):
+    if type(x_flat) is dict or type(xn_flat) is dict:       # (no compact family in one)
+        return x_flat, xn_flat
+    layout = x_flat.layout
+    if layout != xn_flat.layout:
         return x_flat, xn_flat
     heads = {head for head, _ in layout}
     if any(key[1][:-1] in heads for key in chain(run.reads, run.writes, run.copied_to)) or \
