@@ -399,7 +399,6 @@ def test_only_provably_single_choice_kernels_are_scored_together():
         assert single_choice_kernel(fn) is None, fn.__name__
 
 
-
 class _Faulty(il.Distribution):
     """normal(center, 1), except that from ``center >= 1`` on its density is +inf above 0.5 and
     0 below -0.5, and from ``center <= -1`` on it is NaN above 0.5 (a user's distribution

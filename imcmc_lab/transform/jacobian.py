@@ -338,8 +338,8 @@ def reduced_jacobian(outputs, inputs, backend):
     # over its blocks, up to rounding when they are several: the blocks are found only when
     # a view asks, or when it is not finite (a block that is not square is exactly
     # singular, and the problem names the blocks).
-    parts, total = None, logabsdet(matrix) if m == n <= 16 else -math.inf
-    if not math.isfinite(total):
+    parts, total = None, logabsdet(matrix) if m == n <= 16 else None
+    if total is None or not math.isfinite(total):       # large, not square, or singular/NaN
         parts, total = _block_logdets(m, n, matrix, nonzeros)
     out_groups = [g for g, _ in outputs]
 
