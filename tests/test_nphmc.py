@@ -90,7 +90,7 @@ def test_check_catches_a_leapfrog_on_the_reference_energy_with_lookahead(monkeyp
             self.trajectory.z[a] += c * self.trajectory.p[a]
         self.trajectory.ops.append(("drift", c))
 
-    def replay(self, z, p, discontinuous, n_ops, sweeps, unit=False):
+    def replay(self, z, p, discontinuous, n_ops, sweeps, unit=False, scale=1.0):
         for op, c in self.ops[:n_ops]:
             z, p = (z, p - c * z) if op == "kick" else (z + c * p, p)
         return z, p

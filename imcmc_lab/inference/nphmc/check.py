@@ -32,7 +32,7 @@ __all__ = ["check_nphmc", "run_back", "lookahead_problem", "NPCheckReport"]
 def run_back(trace, observations, forward, selection, discontinuous, n_steps, tol=1e-7):
     """Run ``n_steps`` back from the end of ``forward``; ``None`` if the trajectory returns to
     its start, else a sentence naming the addresses that do not."""
-    back = Trajectory(forward.step_size, -forward.direction, forward.unit_uniforms)
+    back = Trajectory(forward.step_size, -forward.direction, forward.unit_uniforms, forward.step_scale)
     for a, disc in forward.disc.items():
         back.add(a, forward.z[a], -forward.p[a], disc, forward.unit[a])
     integrator = Integrator(trace, observations, back, selection, discontinuous)
@@ -69,7 +69,7 @@ def lookahead_problem(forward, block_ends, tol=1e-9):
             if a in present:
                 continue
             z0, p0, disc = forward.z0[a], forward.p0[a], forward.disc[a]
-            z, p = forward.replay(z0, p0, disc, n_ops, sweeps, forward.unit[a])
+            z, p = forward.replay(z0, p0, disc, n_ops, sweeps, forward.unit[a], forward.scale[a])
             e0 = forward.reference_energy(a, z0) + kinetic(p0, disc)
             e = forward.reference_energy(a, z) + kinetic(p, disc)
             if abs(e - e0) > tol * (1 + e0):

@@ -43,6 +43,7 @@ from ...modeling.execution import Execution
 from ...modeling.gen import DynamicGenFunction
 from ...modeling.trace import ChoiceRecord
 from ...modeling.tracer import Assess, AssessFailure, describe_line
+from .scale import UNSCALED
 
 __all__ = ["Trajectory", "Evaluation", "evaluate", "sort_key", "laplace_to_gauss", "gauss_to_laplace",
            "kinetic", "rotate", "redraw_in_interval", "no_map_error", "unit_coordinate"]
@@ -113,11 +114,15 @@ class Trajectory:
     discontinuous coordinates; ``cursor`` is the sort key of the coordinate being swept
     (``None`` between sweeps). ``unit[a]``: whether ``a`` is a unit coordinate (reference
     U(0, 1)) rather than a normal one; ``unit_uniforms``: whether a uniform choice moved as a
-    discontinuous coordinate gets a unit coordinate (the kernel's ``coordinates="unit"``)."""
+    discontinuous coordinate gets a unit coordinate (the kernel's ``coordinates="unit"``).
+    ``scale[a]``: the factor of ``a``'s step, ``step_size · scale[a]`` (the kernel's
+    ``step_scale``, a :class:`~.scale.StepScale`; ``ops`` record the unscaled times)."""
 
-    def __init__(self, step_size: float, direction: int, unit_uniforms: bool = False):
+    def __init__(self, step_size: float, direction: int, unit_uniforms: bool = False, step_scale=UNSCALED):
         self.step_size, self.direction, self.unit_uniforms = step_size, direction, unit_uniforms
+        self.step_scale = step_scale
         self.z, self.p, self.z0, self.p0, self.disc, self.unit = {}, {}, {}, {}, {}, {}
+        self.scale = {}
         self.ops, self.sweeps, self.cursor = [], 0, None
         self.extended = []          # addresses instantiated after time 0, in order
         self.extended_in_sweep = 0  # how many of them in the middle of a sweep
@@ -131,6 +136,7 @@ class Trajectory:
         self.z[address] = self.z0[address] = z
         self.p[address] = self.p0[address] = p
         self.disc[address], self.unit[address] = discontinuous, unit
+        self.scale[address] = self.step_scale.of(address)
 
     def extend(self, address, discontinuous, unit=False):
         """Instantiate ``address`` mid-trajectory: draw ``(z, p)`` at time 0 from the reference
@@ -139,27 +145,28 @@ class Trajectory:
         p0 = draw_momentum(discontinuous)
         self.z0[address], self.p0[address] = z0, p0
         self.disc[address], self.unit[address] = discontinuous, unit
+        self.scale[address] = self.step_scale.of(address)
         self.z[address], self.p[address] = self._extend_state(address, z0, p0, discontinuous)
         self.extended.append(address)
         self.extended_in_sweep += self.cursor is not None
 
     def _extend_state(self, address, z, p, discontinuous):
         sweeps = self.sweeps + (self.cursor is not None and self.precedes(sort_key(address), self.cursor))
-        return self.replay(z, p, discontinuous, len(self.ops), sweeps, self.unit[address])
+        return self.replay(z, p, discontinuous, len(self.ops), sweeps, self.unit[address], self.scale[address])
 
-    def replay(self, z, p, discontinuous, n_ops, sweeps, unit=False):
+    def replay(self, z, p, discontinuous, n_ops, sweeps, unit=False, scale=1.0):
         """A coordinate the program has not used, from ``(z, p)`` at time 0 through the first
         ``n_ops`` continuous operations (a kick does not move it: its likelihood gradient is
-        0; a rotation is the exact flow of ½z² + ½p²) or ``sweeps`` coordinate-wise updates
-        under its reference potential. Both keep its energy exactly, so no acceptance test
-        depends on whether it is instantiated."""
+        0; a rotation is the exact flow of ½z² + ½p², for time ``c · scale``) or ``sweeps``
+        coordinate-wise updates of ``±step_size · scale`` under its reference potential. Both
+        keep its energy exactly, so no acceptance test depends on whether it is instantiated."""
         if not discontinuous:
             for op, c in self.ops[:n_ops]:
                 if op == "rotate":
-                    z, p = rotate(z, p, c)
+                    z, p = rotate(z, p, c * scale)
             return z, p
         for _ in range(sweeps):
-            z, p = self.reference_update(z, p, unit)
+            z, p = self.reference_update(z, p, unit, scale)
         return z, p
 
     def precedes(self, key, other) -> bool:
@@ -174,10 +181,11 @@ class Trajectory:
             return 0.0 if 0.0 <= z_new <= 1.0 else math.inf
         return 0.5 * (z_new * z_new - z * z)
 
-    def reference_update(self, z, p, unit=False):
-        """One coordinate-wise (Laplace momentum) update of an unused coordinate under its
-        reference potential alone: ½z² (normal) or free flight between walls at 0 and 1 (unit)."""
-        step = math.copysign(self.step_size, p)
+    def reference_update(self, z, p, unit=False, scale=1.0):
+        """One coordinate-wise (Laplace momentum) update, of ``±step_size · scale``, of an unused
+        coordinate under its reference potential alone: ½z² (normal) or free flight between
+        walls at 0 and 1 (unit)."""
+        step = math.copysign(self.step_size * scale, p)
         delta = self.reference_change(z, z + step, unit)
         if abs(p) > delta:
             return z + step, p - math.copysign(1.0, p) * delta

@@ -48,18 +48,19 @@ class Integrator:
 
     # -- continuous coordinates -------------------------------------------
     def kick(self, c):
-        """``p += c ∂loglik/∂z`` on every continuous coordinate (a coordinate the current
-        program run did not use has no likelihood gradient)."""
+        """``p += c s ∂loglik/∂z`` on every continuous coordinate, ``s`` its step factor (a
+        coordinate the current program run did not use has no likelihood gradient)."""
         traj, grads = self.trajectory, self.current.grads
         for a in traj.continuous():
-            traj.p[a] += c * grads.get(a, 0.0)
+            traj.p[a] += c * traj.scale[a] * grads.get(a, 0.0)
         traj.ops.append(("kick", c))
 
     def rotate(self, c):
-        """The exact flow of ``½z² + ½p²`` for time ``c`` on every continuous coordinate."""
+        """The exact flow of ``½z² + ½p²`` for time ``c s`` on every continuous coordinate,
+        ``s`` its step factor."""
         traj = self.trajectory
         for a in traj.continuous():
-            traj.z[a], traj.p[a] = rotate(traj.z[a], traj.p[a], c)
+            traj.z[a], traj.p[a] = rotate(traj.z[a], traj.p[a], c * traj.scale[a])
         traj.ops.append(("rotate", c))
 
     # -- discontinuous coordinates ----------------------------------------
@@ -82,7 +83,7 @@ class Integrator:
                 loglik, used = self.update_coordinate(address, loglik, used)
             else:       # the program does not read it here: its reference dynamics, exactly
                 traj.z[address], traj.p[address] = traj.reference_update(traj.z[address], traj.p[address],
-                                                                         traj.unit[address])
+                                                                         traj.unit[address], traj.scale[address])
             if len(traj.extended) > seen:      # instantiated now: swept later iff after the cursor
                 later = [(sort_key(a), a) for a in traj.extended[seen:]
                          if traj.disc[a] and traj.precedes(key, sort_key(a))]
@@ -93,13 +94,13 @@ class Integrator:
         return loglik
 
     def update_coordinate(self, address, loglik, used):
-        """Move ``z_a`` by ±ε (sign of its Laplace momentum) if the momentum pays for the
-        energy change, else reflect the momentum (at once, without running the program, if a
-        unit coordinate would leave [0, 1]). Returns the log-likelihood and the coordinates
+        """Move ``z_a`` by ±ε·s_a (sign of its Laplace momentum, ``s_a`` its step factor) if the
+        momentum pays for the energy change, else reflect the momentum (at once, without
+        running the program, if a unit coordinate would leave [0, 1]). Returns the log-likelihood and the coordinates
         the program uses at the resulting position."""
         traj = self.trajectory
         z, p = traj.z[address], traj.p[address]
-        step = math.copysign(traj.step_size, p)
+        step = math.copysign(traj.step_size * traj.scale[address], p)
         reference = traj.reference_change(z, z + step, traj.unit[address])
         if reference < math.inf:
             traj.z[address] = z + step

@@ -27,6 +27,7 @@ from .coordinates import (Trajectory, draw_momentum, gauss_to_laplace, laplace_t
                           redraw_in_interval, unit_coordinate)
 from .check import run_back
 from .integrator import Integrator
+from .scale import StepScale
 
 __all__ = ["NPHMC", "nphmc", "NPRecord"]
 
@@ -41,13 +42,15 @@ class NPRecord:
     ``discontinuous``: the instantiated addresses moved as discontinuous coordinates;
     ``unit``: those with a unit coordinate (reference U(0, 1)); the others' is N(0, 1);
     ``trajectory``: one ``{address: z}`` per step (step 0 is the start) with ``used`` per step;
+    ``step_size``: this move's ε (after jitter); ``step_sizes``: ``{address: ε·s_a}`` per
+    instantiated coordinate (``s_a`` from the kernel's ``step_scale``, 1 without);
     ``gradient_evaluations``; ``reason`` why a move was rejected early, if it was."""
 
     def __init__(self):
         self.energy, self.log_alpha, self.accepted, self.block = {}, -math.inf, False, None
         self.dim_before = self.dim_after = 0
         self.instantiated, self.used, self.trajectory, self.used_per_step = [], [], [], []
-        self.discontinuous, self.unit = [], []
+        self.discontinuous, self.unit, self.step_size, self.step_sizes = [], [], math.nan, {}
         self.gradient_evaluations, self.evaluations, self.reason = 0, 0, None
 
     def __repr__(self):
@@ -98,6 +101,17 @@ class NPHMC(Kernel):
     the unit coordinates cut the start's autocorrelation time from 13 to 3 moves at α = 1
     (``benchmarks/nonparametric.py --only walk-energy``).
 
+    ``step_scale``: ``{address or namespace: factor}`` (addresses as ``selection`` names
+    them; ``"step"`` covers every ``("step", i)``); coordinate ``a``'s step is ε·s_a, ``s_a``
+    the factor of the longest key that is a prefix of ``a`` (1 where none is), the same
+    jittered ε for all. A discontinuous coordinate moves by ±ε·s_a per update; a continuous
+    one is kicked and rotated for ε·s_a (a diagonal mass matrix; see :mod:`.scale`), and an
+    extension is replayed with its own factor. On the walk, ``{"start": 1/3, "step": 1/2}``
+    (1 / (hi - lo) of each uniform) makes ε a displacement in value, as the thesis's code
+    moves them. A factor that is not positive and finite, or a key that is not an address,
+    is a ``ValueError`` at once; a key that matches no latent address of the first trace
+    and overlaps no address or namespace the selection names is one at the first move.
+
     ``jitter`` defaults to 0.5 (ε uniform in [0.5, 1.5]·``step_size``, as the thesis's
     experiments ran): a coordinate-wise update moves a discontinuous coordinate by exactly
     ±ε, so with a fixed ε a continuous discontinuous coordinate that every trace uses (the
@@ -107,7 +121,7 @@ class NPHMC(Kernel):
     """
 
     def __init__(self, selection, step_size=0.1, n_steps=5, *, discontinuous=None, persistence=1.0,
-                 lookahead=0, jitter=0.5, coordinates="unit", check=False, name=None):
+                 lookahead=0, jitter=0.5, coordinates="unit", step_scale=None, check=False, name=None):
         super().__init__(name or f"nphmc({selection!r})")
         if not (0.0 < persistence <= 1.0):
             raise ValueError(f"NPHMC: persistence is the refresh weight α in (0, 1], got {persistence!r}")
@@ -120,6 +134,7 @@ class NPHMC(Kernel):
         if coordinates not in ("unit", "normal"):
             raise ValueError(f"NPHMC: coordinates must be 'unit' or 'normal', got {coordinates!r}")
         self.unit_uniforms = coordinates == "unit"
+        self.step_scale = StepScale(step_scale)
         self.selection = as_selection(selection)
         self.discontinuous = as_selection(discontinuous or ())
         self.step_size, self.n_steps, self.lookahead = float(step_size), int(n_steps), int(lookahead)
@@ -134,7 +149,7 @@ class NPHMC(Kernel):
         eps = self.step_size
         if self.jitter:
             eps *= 1.0 + self.jitter * (2.0 * float(torch.rand((), dtype=DTYPE)) - 1.0)
-        traj = Trajectory(eps, self.direction, self.unit_uniforms)
+        traj = Trajectory(eps, self.direction, self.unit_uniforms, self.step_scale)
         for address, record in trace.flat_records().items():
             if address not in self.selection:
                 continue
@@ -150,6 +165,8 @@ class NPHMC(Kernel):
             old = self.momentum.get(address)
             p = draw_momentum(disc) if old is None or old[1] != disc else _refresh(old[0], disc, self.persistence)
             traj.add(address, z, p, disc, unit)
+        if not self.step_scale.checked:
+            self.step_scale.check(list(traj.disc), self.selection)
         return traj
 
     def _coordinate(self, address, dist, value, unit):
@@ -180,6 +197,8 @@ class NPHMC(Kernel):
         record.instantiated, record.evaluations = list(traj.disc), integrator.evaluations
         record.discontinuous = [address for address, disc in traj.disc.items() if disc]
         record.unit = [address for address, unit in traj.unit.items() if unit]
+        record.step_size = traj.step_size
+        record.step_sizes = {a: traj.step_size * s for a, s in traj.scale.items()}
         final = integrator.current
         if accepted_at is not None and self.check and not self._returns(trace, observations, traj, record):
             accepted_at = None
