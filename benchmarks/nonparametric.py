@@ -31,6 +31,11 @@ reference code):
    update, the steps (uniform(-1, 1)) by 2ε; the reference code, in native coordinates,
    moves both by ε: at ε = 0.1/3 our start takes the thesis's steps (0.1 in value, 0.5 per
    trajectory), and persistence gains as ε shrinks relative to the posterior's width.
+   ``--walk-scale value`` (for ``walk``, ``walk-sweep`` and ``walk-energy``) gives the
+   kernel ``step_scale={"start": 1/3, "step": 1/2}``, 1 / (hi - lo) of each uniform: ε is
+   then a displacement in value for every coordinate, as the reference code moves them
+   (the start and each step 0.1 in value per update at ε = 0.1); ``unit`` (the default)
+   gives no step scale.
 
 LPPD = Σ over the 50 test points of log (mean over the kept samples of the point's mixture
 density), the first 10% of each run discarded (the reference code's default burn-in; its
@@ -59,6 +64,7 @@ from imcmc_lab.examples.nonparametric import GMM_STD, MixtureData, dpmm, geometr
 THESIS = {"gmm": "-675.59 ± 0.37, acc 75.6%", "gmm_k2": "acc 88.6%", "dpmm": "-676.11 ± 0.43",
           "true": "-674.81", "geometric": "6-8 it/s (reference code)",
           "walk": {1.0: "962", 0.1: "2,792"}}
+WALK_SCALES = {"unit": None, "value": {"start": 1 / 3, "step": 1 / 2}}    # value: 1 / (hi - lo)
 
 
 def _pointwise(trace, test):
@@ -142,7 +148,7 @@ def geometric_speed(moves):
     print(f"geometric NP-DHMC (L=5, ε=0.1): {rate:.0f} iterations/s (CPU)   (thesis {THESIS['geometric']})")
 
 
-def walk_chain(alpha, seed, burn, keep, coordinates="unit", step_size=0.1, n_steps=5):
+def walk_chain(alpha, seed, burn, keep, coordinates="unit", step_size=0.1, n_steps=5, scale="unit"):
     """One walk chain: the kept starts, the gradient evaluations of the kept moves, the total
     energy H at the start of each kept move, and the acceptance rate of the kept moves."""
     torch.manual_seed(seed)
@@ -150,7 +156,7 @@ def walk_chain(alpha, seed, burn, keep, coordinates="unit", step_size=0.1, n_ste
     weights = torch.tensor([w for _, w in draws], dtype=torch.float64)       # a start in the posterior's bulk
     trace = draws[int(torch.multinomial(torch.softmax(weights, 0), 1))][0]
     kernel = il.NPHMC(il.select("start", "step"), step_size, n_steps, discontinuous=il.select("start", "step"),
-                      persistence=alpha, coordinates=coordinates)
+                      persistence=alpha, coordinates=coordinates, step_scale=WALK_SCALES[scale])
     starts, gradients, energies, accepted = [], 0, [], 0
     for i in range(burn + keep):
         trace, ok = kernel(trace)
@@ -163,26 +169,26 @@ def walk_chain(alpha, seed, burn, keep, coordinates="unit", step_size=0.1, n_ste
     return starts, gradients, energies, accepted / keep
 
 
-def walk_energy(moves=3000, alphas=(1.0, 0.5, 0.1), coordinates="unit", step_size=0.1, n_steps=5):
+def walk_energy(moves=3000, alphas=(1.0, 0.5, 0.1), coordinates="unit", step_size=0.1, n_steps=5, scale="unit"):
     """Integrated autocorrelation times (moves / ESS) of the start and of the energy H, one
     chain per α: why persistence helps the walk less than the thesis reports."""
     import arviz as az
 
     for alpha in alphas:
-        starts, _, energies, _ = walk_chain(alpha, 3, 100, moves, coordinates, step_size, n_steps)
+        starts, _, energies, _ = walk_chain(alpha, 3, 100, moves, coordinates, step_size, n_steps, scale)
         tau = [moves / float(az.ess(np.array(x)[None])) for x in (starts, energies)]
-        print(f"walk ({coordinates}, ε={step_size:g}, L={n_steps}) α={alpha:<4} {moves} moves: autocorrelation time of the start {tau[0]:.1f} moves, "
+        print(f"walk ({coordinates}, {scale} scale, ε={step_size:g}, L={n_steps}) α={alpha:<4} {moves} moves: autocorrelation time of the start {tau[0]:.1f} moves, "
               f"of H {tau[1]:.1f} moves", flush=True)
 
 
-def walk_stats(alpha, runs, burn, keep=960, coordinates="unit", step_size=0.1, n_steps=5):
+def walk_stats(alpha, runs, burn, keep=960, coordinates="unit", step_size=0.1, n_steps=5, scale="unit"):
     """ESS of the start over ``runs`` chains: per run summed, pooled, pooled with ArviZ's
     ``method="mean"``; with the mean start, acceptance, gradient evaluations and CPU seconds."""
     import arviz as az
 
     start = time.process_time()
-    chains, gradients, _, acceptance = zip(*(walk_chain(alpha, seed, burn, keep, coordinates, step_size, n_steps)
-                                             for seed in range(runs)))
+    chains, gradients, _, acceptance = zip(*(walk_chain(alpha, seed, burn, keep, coordinates, step_size, n_steps,
+                                                        scale) for seed in range(runs)))
     chains = np.array(chains)
     per_run = np.array([float(az.ess(chains[i:i + 1])) for i in range(runs)])
     return dict(summed=per_run.sum(), per_run=per_run, chains=chains, pooled=float(az.ess(chains)),
@@ -191,11 +197,12 @@ def walk_stats(alpha, runs, burn, keep=960, coordinates="unit", step_size=0.1, n
                 seconds=time.process_time() - start)
 
 
-def walk_ess(runs, burn, keep=960, alphas=(1.0, 0.5, 0.1), coordinates="unit", step_size=0.1, n_steps=5):
+def walk_ess(runs, burn, keep=960, alphas=(1.0, 0.5, 0.1), coordinates="unit", step_size=0.1, n_steps=5,
+             scale="unit"):
     for alpha in alphas:
-        r = walk_stats(alpha, runs, burn, keep, coordinates, step_size, n_steps)
+        r = walk_stats(alpha, runs, burn, keep, coordinates, step_size, n_steps, scale)
         thesis = THESIS["walk"].get(alpha, "-") if (step_size, n_steps) == (0.1, 5) else "-"
-        print(f"walk ({coordinates}, ε={step_size:g}, L={n_steps}) α={alpha:<4} {runs} × {keep} kept (burn-in {burn}): "
+        print(f"walk ({coordinates}, {scale} scale, ε={step_size:g}, L={n_steps}) α={alpha:<4} {runs} × {keep} kept (burn-in {burn}): "
               f"ESS summed over runs {r['summed']:6.0f}, pooled {r['pooled']:5.0f} (method 'mean', as the thesis's "
               f"NumPyro ESS: {r['mean']:5.0f}), mean start {r['start']:.4f} (exact 0.5910), acceptance "
               f"{100 * r['acceptance']:.1f}%, {r['gradients']} gradient evaluations, {r['seconds']:.0f} s   "
@@ -217,18 +224,20 @@ def _ratio_interval(one, low, draws=1000):
     return np.percentile(summed, [5, 95]), np.percentile(pooled, [5, 95])
 
 
-def walk_sweep(runs, burn, keep=960, coordinates="unit", step_sizes=(0.1 / 3, 0.05, 0.1), n_steps=5):
+def walk_sweep(runs, burn, keep=960, coordinates="unit", step_sizes=(0.1 / 3, 0.05, 0.1), n_steps=5, scale="unit"):
     """ESS(α = 0.1) / ESS(α = 1) over step sizes ε, L = ``n_steps`` for both α (the same
     gradient evaluations), with 5-95% bootstrap intervals over runs. With unit coordinates ε
     moves the start (uniform(0, 3)) by 3ε in value per update: ε = 0.1/3 is the thesis's
-    reference code's step in the start's value (its steps, uniform(-1, 1), then move 2ε)."""
-    start_step = (lambda eps: f"{3 * eps:10.3f}") if coordinates == "unit" else (lambda eps: f"{'-':>10}")
-    print(f"walk sweep ({coordinates} coordinates, L={n_steps}, {runs} × {keep} kept after {burn}, ε jittered ±50%)")
+    reference code's step in the start's value (its steps, uniform(-1, 1), then move 2ε).
+    With ``scale="value"`` ε moves the start and each step by ε in value."""
+    factor = 1.0 if scale == "value" else 3.0
+    start_step = (lambda eps: f"{factor * eps:10.3f}") if coordinates == "unit" else (lambda eps: f"{'-':>10}")
+    print(f"walk sweep ({coordinates} coordinates, {scale} scale, L={n_steps}, {runs} × {keep} kept after {burn}, ε jittered ±50%)")
     print(f"{'ε':>7} {'start/step':>10} | {'summed α=1':>10} {'α=0.1':>6} {'ratio [5-95%]':>17} | {'mean α=1':>8} "
           f"{'α=0.1':>6} {'ratio [5-95%]':>17} | {'acc α=1':>7} {'α=0.1':>6} | {'mean start α=1, 0.1':>19} | "
           f"gradient evals", flush=True)
     for eps in step_sizes:
-        one, low = (walk_stats(alpha, runs, burn, keep, coordinates, eps, n_steps) for alpha in (1.0, 0.1))
+        one, low = (walk_stats(alpha, runs, burn, keep, coordinates, eps, n_steps, scale) for alpha in (1.0, 0.1))
         (s5, s95), (m5, m95) = _ratio_interval(one, low)
         print(f"{eps:7.4f} {start_step(eps)} | {one['summed']:10.0f} {low['summed']:6.0f} "
               f"{low['summed'] / one['summed']:5.2f} [{s5:4.2f}-{s95:4.2f}] | {one['mean']:8.0f} {low['mean']:6.0f} "
@@ -251,6 +260,9 @@ def main():
     parser.add_argument("--walk-burn", type=int, default=100)
     parser.add_argument("--walk-coordinates", choices=("unit", "normal"), default="unit",
                         help="the walk's coordinates: U(0, 1) (the default) or N(0, 1) reference")
+    parser.add_argument("--walk-scale", choices=tuple(WALK_SCALES), default="unit",
+                        help="value: step_scale 1 / (hi - lo) per uniform, so ε is a displacement in value "
+                             "as in the reference code; unit (default): no step scale")
     parser.add_argument("--walk-step-size", type=float, default=0.1, help="the walk's ε (before jitter)")
     parser.add_argument("--walk-steps", type=int, default=5, help="the walk's L (steps per move)")
     parser.add_argument("--walk-sweep", default="0.0333333,0.05,0.1",
@@ -261,12 +273,14 @@ def main():
         geometric_speed(300 if args.quick else 3000)
     if args.only in (None, "walk"):
         walk_ess(2 if args.quick else args.walk_runs, args.walk_burn, coordinates=args.walk_coordinates,
-                 step_size=args.walk_step_size, n_steps=args.walk_steps)
+                 step_size=args.walk_step_size, n_steps=args.walk_steps, scale=args.walk_scale)
     if args.only == "walk-sweep":
         walk_sweep(2 if args.quick else args.walk_runs, args.walk_burn, coordinates=args.walk_coordinates,
-                   step_sizes=[float(x) for x in args.walk_sweep.split(",")], n_steps=args.walk_steps)
+                   step_sizes=[float(x) for x in args.walk_sweep.split(",")], n_steps=args.walk_steps,
+                   scale=args.walk_scale)
     if args.only == "walk-energy":
-        walk_energy(coordinates=args.walk_coordinates, step_size=args.walk_step_size, n_steps=args.walk_steps)
+        walk_energy(coordinates=args.walk_coordinates, step_size=args.walk_step_size, n_steps=args.walk_steps,
+                    scale=args.walk_scale)
     if args.only == "dpmm-prior":
         dpmm_prior(60 if args.quick else 300)
     if args.only in (None, "mixtures", "gmm", "dpmm"):
