@@ -106,9 +106,9 @@ class NPHMC(Kernel):
     the factor of the longest key that is a prefix of ``a`` (1 where none is), the same
     jittered ε for all. A discontinuous coordinate moves by ±ε·s_a per update; a continuous
     one is kicked and rotated for ε·s_a (a diagonal mass matrix; see :mod:`.scale`), and an
-    extension is replayed with its own factor. On the walk, ``{"start": 1/3, "step": 1/2}``
-    (1 / (hi - lo) of each uniform) makes ε a displacement in value, as the thesis's code
-    moves them. A factor that is not positive and finite, or a key that is not an address,
+    extension is replayed with its own factor. On the walk with unit coordinates,
+    ``{"start": 1/3, "step": 1/2}`` (1 / (hi - lo) of each uniform) makes ε a displacement
+    in value, as the thesis's code moves them. A factor that is not positive and finite, or a key that is not an address,
     is a ``ValueError`` at once; a key that matches no latent address of the first trace
     and overlaps no address or namespace the selection names is one at the first move.
 
