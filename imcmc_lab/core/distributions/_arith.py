@@ -83,32 +83,6 @@ def all_finite(values) -> bool:
     return total == total and min(values) > -math.inf and max(values) < math.inf
 
 
-try:        # NumPy 2 keeps its floating-point error settings in a context variable: setting it
-            # costs a tenth of entering np.errstate, which builds the settings on every entry
-    from numpy._core._ufunc_config import _extobj_contextvar as _NP_ERRORS
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        _NP_QUIET = _NP_ERRORS.get()
-except ImportError:     # NumPy 1.x
-    _NP_ERRORS = _NP_QUIET = None
-
-
-def quiet_numpy():
-    """Silence NumPy's overflow, invalid-value and division warnings (torch's arithmetic, which
-    NumPy's replaces on some fast paths, gives the same infinities and NaNs without a word)
-    until :func:`restore_numpy` is called with the token returned."""
-    if _NP_ERRORS is not None:
-        return _NP_ERRORS.set(_NP_QUIET)
-    return np.seterr(over="ignore", invalid="ignore", divide="ignore")
-
-
-def restore_numpy(token):
-    """Undo :func:`quiet_numpy`."""
-    if _NP_ERRORS is not None:
-        _NP_ERRORS.reset(token)
-    else:
-        np.seterr(**token)
-
-
 def numpy_views(*tensors):
     """NumPy views of CPU tensors outside autograd (for batches, whose NumPy arithmetic costs
     a fifth of torch's per call at SMC's sizes), or None if one cannot be viewed."""

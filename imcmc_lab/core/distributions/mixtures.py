@@ -10,7 +10,7 @@ import torch
 from ..values import DTYPE, ScalarList, as_real, float64_vector, plain_floats, values_equal
 from . import constraints
 from ._arith import (LOG_2PI, NEG_INF, PY_MAX_LEN, all_finite, all_nonnegative_finite, all_positive_finite,
-                     quiet_numpy, restore_numpy, scalar, short_vector)
+                     scalar, short_vector)
 from .base import Distribution, as_integer_param, as_param, simplex_float64
 
 __all__ = ["MixtureOfNormals", "IID", "mixture_of_normals", "iid"]
@@ -236,8 +236,8 @@ def _log_sums(x, params):
     constants += [_SQRT_HALF_LOG2_E / math.sqrt(vj) for vj in variances]
     constants += means
     shifted, scale, column = np.array(constants).reshape((3, k) + (1,) * xa.ndim)
-    token = quiet_numpy()      # tiny variances or huge values overflow to inf, as in torch
-    try:
+    # tiny variances or huge values overflow to inf, as in torch, whose arithmetic is silent
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         comp = np.subtract(xa, column)
         comp *= scale
         np.square(comp, out=comp)
@@ -254,8 +254,6 @@ def _log_sums(x, params):
         if sums.size and not np.minimum.reduce(sums, None) >= _MIN_SUM and bool((sums < _MIN_SUM).any()):
             return None
         return np.log(sums, out=sums), s
-    finally:
-        restore_numpy(token)
 
 
 class IID(Distribution):
