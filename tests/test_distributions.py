@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -426,6 +428,33 @@ def test_mixture_fast_paths_match_the_torch_path(dist):
     both = dist.log_prob(t([[0.0, 1e5], [3.0, -INF]]))                # any batch shape
     assert _same(float(both[0, 1]), slow[7].item(), rel=1e-12) and both[1, 1] == -INF
     assert math.isnan(float(dist.log_prob(t([0.0, math.nan]))[1])) and math.isnan(dist.logpdf(t(math.nan)))
+
+
+def test_mixture_of_lists_of_scalars_is_the_mixture_of_their_vectors():
+    # Fig. 1 passes lists of 0-d tensors: the distribution keeps their floats and makes the
+    # vectors only when asked; comparisons, repr, pickles and densities are the vectors'
+    w, m, v = t([0.3, 0.7]), [t(-1.0), t(1.0)], [t(1e-300), t(1e300)]
+    lists, vectors = il.mixture_of_normals(w, m, v), il.mixture_of_normals(w, torch.stack(m), torch.stack(v))
+    assert lists.same_as(vectors) and vectors.same_as(lists) and repr(lists) == repr(vectors)
+    assert not lists.same_as(il.mixture_of_normals(w, [t(-1.0), t(2.0)], v))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # overflow (a tiny variance) is -inf, not a NumPy warning
+        got = lists.log_prob(t(MIXTURE_VALUES))
+    assert torch.equal(got, vectors.log_prob(t(MIXTURE_VALUES)))
+    restored = pickle.loads(pickle.dumps(lists))
+    assert restored.same_as(lists) and torch.equal(restored.means, vectors.means)
+
+
+@pytest.mark.parametrize("n", [50, 20_000])        # NumPy's exp2, and torch's beyond 2^15 terms
+def test_mixture_iid_log_density_is_the_sum_and_falls_back_exactly_on_underflow(n):
+    torch.manual_seed(n)
+    d = il.mixture_of_normals(t([0.2, 0.8]), [t(-2.0), t(3.0)], [t(0.5), t(1e-4)])
+    x = 4 * torch.randn(n, dtype=F64)
+    lp = il.iid(d, n).logpdf(x)
+    assert lp == il.iid(d, n).log_prob(x).item() and math.isclose(lp, float(d.log_prob(x).sum()), rel_tol=1e-13)
+    assert math.isclose(lp, float(d._torch_log_prob(x).sum()), rel_tol=1e-12)
+    x[0] = 1e5      # far from both components: every term underflows, the torch path shifts by x's own maximum
+    assert il.iid(d, n).logpdf(x) == float(d._torch_log_prob(x).sum()) > -math.inf
 
 
 def test_mixture_all_zero_weights_and_empty_batch():

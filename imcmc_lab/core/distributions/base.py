@@ -183,6 +183,11 @@ class Distribution:
         ``log_prob`` returns it as a tensor, so ``logpdf`` and ``log_prob`` agree exactly."""
         return None
 
+    def _fast_sum_logpdf(self, values):
+        """Optional: the sum of the log-densities of a batch of values (``iid``'s log-density)
+        as a Python float where a fast path applies, else ``None``."""
+        return None
+
     def check_relations(self):
         """``None`` if the parameters agree with each other, else a sentence saying how they
         do not (e.g. ``lo < hi``). Called after each parameter passed its constraint."""

@@ -338,12 +338,24 @@ class Dirichlet(Distribution):
     name = "dirichlet"
     simplex = True
     arg_constraints = {"alpha": constraints.positive_vector}
-    __slots__ = ("alpha",)
+    __slots__ = ("alpha", "_constants")
 
     def __init__(self, alpha):
         self.raw_args = (alpha,)        # Distribution.__init__ inlined, as in Normal
         self.alpha = as_param(alpha)
         self.event_shape = tuple(self.alpha.shape)
+        self._constants = None          # _dirichlet_constants of alpha, once check_params found them
+
+    def check_params(self):
+        # the common case: a short alpha outside autograd, checked by the constants that the
+        # fast path needs anyway (found for a non-empty list of finite positive numbers:
+        # exactly when alpha is a positive vector); else the generic check words the problem
+        alpha = self.alpha
+        if short_vector(alpha) and not alpha.requires_grad:
+            self._constants = _dirichlet_constants(alpha.tolist())
+            if self._constants is not None:
+                return None
+        return super().check_params()
 
     def sample(self):
         if self._small_alpha():     # gamma draws may underflow to 0: in log space, kept > 0
@@ -367,7 +379,9 @@ class Dirichlet(Distribution):
         alpha = self.alpha
         if not (short_vector(x) and short_vector(alpha)) or x.requires_grad or alpha.requires_grad:
             return None
-        constants = _dirichlet_constants(alpha.tolist())
+        constants = self._constants
+        if constants is None:
+            constants = _dirichlet_constants(alpha.tolist())
         if constants is None:        # invalid alpha: torch's conventions apply
             return None
         a_minus_1, lgamma_total, lgamma_parts = constants
