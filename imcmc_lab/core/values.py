@@ -141,6 +141,19 @@ def plain_floats(values):
     return tuple(map(torch.Tensor.item, values))
 
 
+def known_floats(values):
+    """A list or tuple of parameters as a tuple of Python floats where that is known cheaply
+    (a :class:`ScalarList` that knows its floats, or float64 0-d tensors outside autograd),
+    else ``None``."""
+    if type(values) is ScalarList:
+        floats = values.floats()
+        if floats:
+            return floats
+    if isinstance(values, (list, tuple)) and values and isinstance(values[0], torch.Tensor):
+        return plain_floats(values)
+    return None
+
+
 _DTYPE_OF = operator.attrgetter("dtype")
 _NDIM_OF = operator.attrgetter("ndim")
 _REQUIRES_GRAD_OF = operator.attrgetter("requires_grad")
@@ -159,14 +172,10 @@ def as_real(x) -> torch.Tensor:
     that knows its floats becomes one vector made from them, not a stack of its tensors."""
     if isinstance(x, torch.Tensor):
         return x if x.dtype == DTYPE else x.to(DTYPE)
-    if type(x) is ScalarList:
-        floats = x.floats()
-        if floats:
-            return float64_vector(floats)
+    floats = known_floats(x)            # float64 scalars outside autograd (Fig. 1's lists):
+    if floats is not None:              # one vector from their floats, not K conversions + stack
+        return float64_vector(floats)
     if isinstance(x, (list, tuple)) and x and isinstance(x[0], torch.Tensor):
-        floats = plain_floats(x)        # float64 scalars outside autograd (Fig. 1's lists):
-        if floats is not None:          # one vector from their floats, not K conversions + stack
-            return float64_vector(floats)
         return torch.stack([as_real(v) for v in x])
     return torch.as_tensor(x, dtype=DTYPE)
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from ..values import DTYPE, ScalarList, as_real, float64_vector, plain_floats, values_equal
+from ..values import DTYPE, as_real, float64_vector, known_floats, values_equal
 from . import constraints
 from ._arith import (LOG_2PI, NEG_INF, PY_MAX_LEN, all_finite, all_nonnegative_finite, all_positive_finite,
                      scalar, short_vector)
@@ -193,19 +193,6 @@ class MixtureOfNormals(Distribution):
         return torch.logsumexp(comp, dim=-1)
 
 
-def known_floats(values):
-    """A list or tuple of parameters as a tuple of Python floats where that is known cheaply
-    (an indexed family's :class:`ScalarList`, or float64 0-d tensors outside autograd), else
-    ``None``."""
-    kind = type(values)
-    if kind is ScalarList:
-        floats = values.floats()
-        return floats if floats else None
-    if (kind is list or kind is tuple) and values and type(values[0]) is torch.Tensor:
-        return plain_floats(values)
-    return None
-
-
 def _log_sums(x, params):
     """``(log_sums, s)`` with ``log_sums + s`` the log-densities of the values ``x`` (any shape,
     outside autograd) under the mixture with :meth:`MixtureOfNormals._python_params` ``params``,
@@ -308,16 +295,14 @@ class IID(Distribution):
             return torch.empty((0,) + tuple(self.base.event_shape), dtype=dtype)
         return self.base.sample_n(self.n)
 
+    def _fast_logpdf(self, x):
+        # the base's log-densities summed without a tensor per value, where it can
+        return None if self.base.discrete else self.base._fast_sum_logpdf(x)
+
     def log_prob(self, x):
-        lp = None if self.base.discrete else self.base._fast_sum_logpdf(x)
-        return self._summed_log_prob(x) if lp is None else scalar(lp)
-
-    def logpdf(self, x):
-        # log_prob(x).item() without the tensor where the base sums its log-densities itself
-        lp = None if self.base.discrete else self.base._fast_sum_logpdf(x)
-        return self._summed_log_prob(x).item() if lp is None else lp
-
-    def _summed_log_prob(self, x):
+        lp = self._fast_logpdf(x)
+        if lp is not None:
+            return scalar(lp)
         return self.base.log_prob(as_param(x) if self.base.discrete else x).sum()
 
     def __repr__(self):
