@@ -17,7 +17,7 @@ from ..core.address import did_you_mean, format_address
 from ..core.choicemap import ChoiceMap
 from ..errors import ConstraintError, DimensionError, LabelError, TransformError
 from .interpreter import AUX, MODEL, TransformRun, run_transform, _where
-from .jacobian import CoordinateGroup, JacobianRecord, reduced_jacobian
+from .jacobian import CoordinateGroup, JacobianRecord, group_of, reduced_jacobian
 
 __all__ = ["apply_transform", "Application", "EmptyAuxTrace"]
 
@@ -235,15 +235,16 @@ def _match_inputs(run, sides, consumed, xn_flat):
     for side, flat in sides:
         trace = _IN[side]
         for address, rec in flat.items():
-            if rec.dist.discrete:
+            dist = rec.dist
+            if dist.discrete:
                 continue
             key = (side, address)
             read = reads.get(key)
-            if read is not None and read.leaf is not None:
-                group = CoordinateGroup(trace, address, rec.dist, rec.value)
-                read_inputs.append((group, read.leaf))
+            if read is not None and read[4] is not None:        # (read[4]: read.leaf)
+                entry = (group_of(trace, address, dist, rec.value), read[4])
+                read_inputs.append(entry)
                 if key not in consumed:
-                    remaining_inputs.append((group, read.leaf))
+                    remaining_inputs.append(entry)
             elif key not in consumed:
                 raise _lost_input(side, address, xn_flat)
     return remaining_inputs, read_inputs
@@ -343,8 +344,8 @@ def _match_outputs(run, sides):
             key = (side, address)
             write = writes.get(key)
             if write is not None:
-                group = CoordinateGroup(_OUT[side], address, dist, rec.value)
-                written_outputs.append((group, derivative_source(write, dist)))
+                written_outputs.append((group_of(_OUT[side], address, dist, rec.value),
+                                        derivative_source(write, dist)))
                 continue
             copy = copied_to.get(key)
             src = (copy.src_side, copy.src_address) if copy is not None else key

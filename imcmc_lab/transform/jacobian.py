@@ -27,7 +27,7 @@ from itertools import accumulate, chain
 
 import torch
 
-__all__ = ["Coordinate", "CoordinateGroup", "JacobianRecord", "Block", "reduced_jacobian", "free_part",
+__all__ = ["Coordinate", "CoordinateGroup", "group_of", "JacobianRecord", "Block", "reduced_jacobian", "free_part",
            "find_pass_through", "logabsdet", "components_of", "jacobian_problem"]
 
 
@@ -110,6 +110,16 @@ class CoordinateGroup(tuple):
 
 
 _tuple_new = tuple.__new__
+_Tensor = torch.Tensor
+
+
+def group_of(trace, address, dist, value):
+    """``CoordinateGroup(trace, address, dist, value)``, made without the class's
+    Python-level ``__new__`` for a scalar tensor (the common case: one per read and
+    written continuous address of every move)."""
+    if type(value) is _Tensor and not value.ndim:
+        return _tuple_new(CoordinateGroup, (trace, address, 1, False))
+    return CoordinateGroup(trace, address, dist, value)
 
 
 def _coordinates(groups, indices):
@@ -324,8 +334,8 @@ def reduced_jacobian(outputs, inputs, backend):
     Returns ``((layout, matrix, logabsdet), pass_through, rows_source)``: ``layout`` a
     function returning ``(rows, cols, blocks)`` (coordinates and :class:`Block` s, made
     only when something asks for them); ``pass_through`` a function returning the
-    pass-through eliminations; ``rows_source`` is ``(the backend's row source, output
-    groups)``, from which ``JacobianRecord.dense`` takes rows with respect to any inputs.
+    pass-through eliminations; ``rows_source`` is ``(the backend's row source, outputs)``,
+    from which ``JacobianRecord.dense`` takes rows with respect to any inputs.
     """
     passes, kept_rows, kept_cols = find_pass_through(outputs, inputs, backend.unit_runs)
     found = backend.rows(outputs, inputs, kept_rows, kept_cols, passes)
@@ -341,7 +351,6 @@ def reduced_jacobian(outputs, inputs, backend):
     parts, total = None, logabsdet(matrix) if m == n <= 16 else None
     if total is None or not math.isfinite(total):       # large, not square, or singular/NaN
         parts, total = _block_logdets(m, n, matrix, nonzeros)
-    out_groups = [g for g, _ in outputs]
 
     def layout():
         rows = [group.coordinate(k) for _, group, k, _ in kept_rows]
@@ -351,11 +360,11 @@ def reduced_jacobian(outputs, inputs, backend):
                             for brows, bcols, sub, logdet in blocks]
 
     def pass_through():
-        outs = _coordinates(out_groups, [r + t for r, _, n in passes for t in range(n)])
+        outs = _coordinates([g for g, _ in outputs], [r + t for r, _, n in passes for t in range(n)])
         ins = _coordinates([g for g, _ in inputs], [c + t for _, c, n in passes for t in range(n)])
         return [(ci, co, "pass-through") for ci, co in zip(ins, outs)]
 
-    return (layout, matrix, total), pass_through, (source, out_groups)
+    return (layout, matrix, total), pass_through, (source, outputs)
 
 
 def find_pass_through(outputs, inputs, unit_runs):
@@ -371,38 +380,51 @@ def find_pass_through(outputs, inputs, unit_runs):
     Returns ``(passes, kept_rows, kept_cols)``: ``passes`` as ``(row, col, n)`` runs in
     the concatenated coordinates; kept rows and columns as ``(position, group, index in
     the group, the group's derivative source or leaf)``, in order."""
-    vector_inputs, n_cols = {}, 0
-    for group, leaf in inputs:
-        if group[3] and unit_runs is not None:          # (group[3]: group.vector, group[2]: size)
-            vector_inputs[_SIDE[group[0]], group[1]] = (leaf, n_cols)
-        n_cols += group[2]
-    passes, kept_rows, passed = [], [], {}
+    vector_inputs, n_cols = None, 0
+    if unit_runs is not None:
+        for group, leaf in inputs:
+            if group[3]:            # (group[3]: group.vector, group[2]: its size)
+                if vector_inputs is None:
+                    vector_inputs = {}
+                vector_inputs[_SIDE[group[0]], group[1]] = (leaf, n_cols)
+            n_cols += group[2]
+    passes, kept_rows, passed = [], [], None
+    keep = kept_rows.append         # (loops, not comprehensions: each of those is a call on 3.11)
     row = 0
     for group, value in outputs:
         if not group[3]:
-            kept_rows.append((row, group, 0, value))      # a scalar: the common case, kept
+            keep((row, group, 0, value))      # a scalar: the common case, kept
             row += 1
             continue
-        match = vector_inputs.get((_SIDE[group[0]], group[1])) if vector_inputs else None
-        positions = range(group[2])
-        if match is not None:
-            leaf, col0 = match
-            runs = unit_runs(value, leaf)
+        size = group[2]
+        positions = range(size)
+        if vector_inputs is not None:
+            key = (_SIDE[group[0]], group[1])
+            match = vector_inputs.get(key)
+            runs = unit_runs(value, match[0]) if match is not None else None
             if runs:
-                passed[_SIDE[group[0]], group[1]] = [(j, j + n) for _, j, n in runs]
-                passes.extend([(row + k, col0 + j, n) for k, j, n in runs])
-                positions = _uncovered([(k, k + n) for k, _, n in runs], group[2])
-        kept_rows.extend([(row + k, group, k, value) for k in positions])
-        row += group[2]
+                col0, spans, covered = match[1], [], []
+                for k, j, n in runs:
+                    passes.append((row + k, col0 + j, n))
+                    spans.append((j, j + n))
+                    covered.append((k, k + n))
+                if passed is None:
+                    passed = {}
+                passed[key] = spans
+                positions = _uncovered(covered, size)
+        for k in positions:
+            keep((row + k, group, k, value))
+        row += size
     kept_cols, col = [], 0
+    keep = kept_cols.append
     for group, leaf in inputs:
         if not group[3]:
-            kept_cols.append((col, group, 0, leaf))
+            keep((col, group, 0, leaf))
             col += 1
             continue
-        spans = passed.get((_SIDE[group[0]], group[1])) if passed else None
-        positions = range(group[2]) if spans is None else _uncovered(spans, group[2])
-        kept_cols.extend([(col + j, group, j, leaf) for j in positions])
+        spans = passed.get((_SIDE[group[0]], group[1])) if passed is not None else None
+        for j in (range(group[2]) if spans is None else _uncovered(spans, group[2])):
+            keep((col + j, group, j, leaf))
         col += group[2]
     return passes, kept_rows, kept_cols
 
@@ -525,9 +547,9 @@ def _dense_jacobian(record: JacobianRecord) -> torch.Tensor:
         if cin in in_index and cout in out_index:
             dense[out_index[cout], in_index[cin]] = 1.0
     if record._graph is not None:
-        source, out_groups, read_inputs = record._graph
+        source, outputs, read_inputs = record._graph
         leaves = [leaf for _, leaf in read_inputs]
-        out_coords = [c for g in out_groups for c in g.expand()]
+        out_coords = [c for g, _ in outputs for c in g.expand()]
         in_coords = [c for g, _ in read_inputs for c in g.expand()]
         if out_coords and leaves:
             full = source.rows(leaves)
