@@ -267,8 +267,8 @@ def _lost_input(side, address, xn_flat):
 
 
 def _check_dimension(run, remaining_inputs, written_outputs):
-    n_in = sum([g[2] for g, _ in remaining_inputs])      # (g[2]: g.size)
-    n_out = sum([g[2] for g, _ in written_outputs])
+    n_in = sum(map(_size, map(_group, remaining_inputs)))
+    n_out = sum(map(_size, map(_group, written_outputs)))
     if n_in != n_out:
         ins = ", ".join(c.label() for g, _ in remaining_inputs for c in g.expand()) or "(none)"
         outs = ", ".join(c.label() for g, _ in written_outputs for c in g.expand()) or "(none)"
@@ -278,6 +278,9 @@ def _check_dimension(run, remaining_inputs, written_outputs):
             f"Inputs read: {ins}. Outputs written: {outs}. Add auxiliary choices on the smaller "
             f"side (e.g. sample them in the auxiliary program) or write the missing outputs."
         )
+
+
+_group, _size = itemgetter(0), itemgetter(2)        # (group, source) -> group; group -> its size
 
 
 def _outside_untouched_families(run, x_flat, xn_flat):
@@ -335,8 +338,10 @@ def _match_outputs(run, sides):
     (the backend's: tangents, or autograd values). Raises if one input reaches two outputs."""
     writes, copied_to, derivative_source = run.writes, run.copied_to, run.backend.derivative_source
     consumed = {}
+    claim = consumed.setdefault     # (one lookup: the key given back is another when taken)
     written_outputs = []
     for side, flat in sides:
+        out = _OUT[side]
         for address, rec in flat.items():
             dist = rec.dist
             if dist.discrete:
@@ -344,14 +349,12 @@ def _match_outputs(run, sides):
             key = (side, address)
             write = writes.get(key)
             if write is not None:
-                written_outputs.append((group_of(_OUT[side], address, dist, rec.value),
-                                        derivative_source(write, dist)))
+                written_outputs.append((group_of(out, address, dist, rec.value), derivative_source(write, dist)))
                 continue
-            copy = copied_to.get(key)
+            copy = copied_to.get(key) if copied_to else None
             src = (copy.src_side, copy.src_address) if copy is not None else key
-            if src in consumed:
+            if claim(src, key) is not key:       # (each output key is a new tuple, made once)
                 raise _two_outputs(src, consumed[src], key)
-            consumed[src] = key
     return consumed, written_outputs
 
 

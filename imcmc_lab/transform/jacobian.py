@@ -471,7 +471,7 @@ def logabsdet(matrix):
     if n > 16:
         sign, logdet = torch.linalg.slogdet(torch.as_tensor(matrix, dtype=torch.float64))
         return -math.inf if float(sign) == 0 and not math.isnan(float(logdet)) else float(logdet)
-    a = matrix.tolist() if isinstance(matrix, torch.Tensor) else [list(row) for row in matrix]
+    a = matrix.tolist() if isinstance(matrix, torch.Tensor) else list(map(list, matrix))
     if not all(map(math.isfinite, chain.from_iterable(a))):
         return math.nan
     total = 0.0
