@@ -529,3 +529,34 @@ def test_explicit_copy_to_the_same_address_is_recorded_as_a_copy():
                      ("model_in['c']", "model_out['c']"): "implicit"}
     assert app.copied_implicitly == [("c",)]
     assert app.jacobian.full_size == (3, 3) and app.jacobian.reduced_size == (1, 1)
+
+
+def test_group_of_is_the_coordinate_group_of_every_kind_of_value():
+    """The accounting makes scalar groups without CoordinateGroup's own constructor: the
+    groups must be the same (size, vector flag, type) for scalars, vectors, simplex values,
+    0-d float32 tensors and Python numbers."""
+    from imcmc_lab.transform.jacobian import CoordinateGroup, group_of
+
+    dirichlet = il.dirichlet(torch.ones(3, dtype=torch.float64))
+    normal = il.normal(0.0, 1.0)
+    cases = [(normal, torch.tensor(0.5, dtype=torch.float64)), (normal, torch.tensor(0.5)),
+             (normal, 0.5), (normal, torch.tensor([0.5, 1.0], dtype=torch.float64)),
+             (dirichlet, torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)),
+             (dirichlet, torch.tensor([1.0], dtype=torch.float64))]
+    for dist, value in cases:
+        made, expected = group_of("model_in", ("mu", 1), dist, value), CoordinateGroup("model_in", ("mu", 1), dist, value)
+        assert type(made) is CoordinateGroup and tuple(made) == tuple(expected), (dist, value)
+
+
+def test_metropolis_accept_draws_what_torch_rand_draws():
+    """The decision's uniform comes from torch's global generator, draw for draw as
+    torch.rand((), dtype=float64) gives it: a seeded chain decides as it always did."""
+    from imcmc_lab.inference.acceptance import metropolis_accept
+
+    log_alphas = [math.log(p) for p in (0.1, 0.5, 0.9, 0.3, 0.7) * 40]
+    torch.manual_seed(7)
+    decisions = [metropolis_accept(a) for a in log_alphas]
+    torch.manual_seed(7)
+    expected = [math.log(float(torch.rand((), dtype=torch.float64))) < a for a in log_alphas]
+    assert decisions == expected and 0 < sum(decisions) < len(decisions)
+    assert metropolis_accept(0.0) and not metropolis_accept(-math.inf) and not metropolis_accept(math.nan)

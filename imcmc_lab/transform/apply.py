@@ -13,6 +13,8 @@ import math
 from itertools import chain
 from operator import attrgetter, itemgetter
 
+import torch
+
 from ..core.address import did_you_mean, format_address
 from ..core.choicemap import ChoiceMap
 from ..errors import ConstraintError, DimensionError, LabelError, TransformError
@@ -26,6 +28,7 @@ __all__ = ["apply_transform", "Application", "EmptyAuxTrace"]
 _RESTRICT_ABOVE = 40
 
 _IN = {MODEL: "model_in", AUX: "aux_in"}
+_tuple_new, _Tensor = tuple.__new__, torch.Tensor
 _OUT = {MODEL: "model_out", AUX: "aux_out"}
 
 
@@ -241,7 +244,9 @@ def _match_inputs(run, sides, consumed, xn_flat):
             key = (side, address)
             read = reads.get(key)
             if read is not None and read[4] is not None:        # (read[4]: read.leaf)
-                entry = (group_of(trace, address, dist, rec.value), read[4])
+                value = rec.value
+                entry = (_tuple_new(CoordinateGroup, (trace, address, 1, False)) if type(value) is _Tensor
+                         and not value.ndim else group_of(trace, address, dist, value), read[4])
                 read_inputs.append(entry)
                 if key not in consumed:
                     remaining_inputs.append(entry)
@@ -349,7 +354,10 @@ def _match_outputs(run, sides):
             key = (side, address)
             write = writes.get(key)
             if write is not None:
-                written_outputs.append((group_of(out, address, dist, rec.value), derivative_source(write, dist)))
+                value = rec.value       # (group_of(out, address, dist, value), its scalar case inline)
+                group = (_tuple_new(CoordinateGroup, (out, address, 1, False)) if type(value) is _Tensor
+                         and not value.ndim else group_of(out, address, dist, value))
+                written_outputs.append((group, derivative_source(write, dist)))
                 continue
             copy = copied_to.get(key) if copied_to else None
             src = (copy.src_side, copy.src_address) if copy is not None else key

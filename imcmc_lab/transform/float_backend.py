@@ -102,7 +102,7 @@ class FloatBackend:
     @staticmethod
     def derivative_source(write, dist):
         """The tangents of a written output's free coordinates."""
-        return write.tangent[:-1] if dist.simplex else write.tangent
+        return write[5][:-1] if dist.simplex else write[5]      # (write[5]: write.tangent)
 
     @staticmethod
     def unit_runs(tangents, ids):
@@ -144,7 +144,10 @@ class FloatBackend:
         """``(matrix as nested lists, None, row source)`` of the kept rows and columns, read
         off the tangents: each id's own derivative, plus an IdRange key's at every kept id
         in it. (None: the nonzero pattern is taken from the matrix when needed.)"""
-        col_of = {ids[j]: q for q, (_, _, j, ids) in enumerate(kept_cols)}
+        col_of, q = {}, 0
+        for _, _, j, ids in kept_cols:      # (a loop: a comprehension is a call of its own on 3.11)
+            col_of[ids[j]] = q
+            q += 1
         n_cols = len(kept_cols)
         dense, range_cols = [], {}
         for _, _, k, tangents in kept_rows:
