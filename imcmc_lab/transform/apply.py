@@ -168,7 +168,7 @@ def _check_output_labels(run, side, new_trace):
         if s != side:
             continue
         record = records.get(address)
-        if record is not None and record.dist.discrete != w.label.is_discrete:
+        if record is not None and record.dist.discrete != w[2].is_discrete:     # (w[2]: w.label)
             kind = "discrete" if record.dist.discrete else "continuous"
             raise LabelError(
                 f"{_OUT[side]}[{format_address(address)}] is written as {w.label} ({_where(w.line)}) "
