@@ -28,8 +28,9 @@ __all__ = ["apply_transform", "Application", "EmptyAuxTrace"]
 _RESTRICT_ABOVE = 40
 
 _IN = {MODEL: "model_in", AUX: "aux_in"}
-_tuple_new, _Tensor = tuple.__new__, torch.Tensor
 _OUT = {MODEL: "model_out", AUX: "aux_out"}
+# A scalar's CoordinateGroup is made in the match loops as group_of would make it (no call).
+_tuple_new, _Tensor = tuple.__new__, torch.Tensor
 
 
 class EmptyAuxTrace:
@@ -244,7 +245,7 @@ def _match_inputs(run, sides, consumed, xn_flat):
             key = (side, address)
             read = reads.get(key)
             if read is not None and read[4] is not None:        # (read[4]: read.leaf)
-                value = rec.value
+                value = rec.value       # (group_of(trace, address, dist, value), its scalar case inline)
                 entry = (_tuple_new(CoordinateGroup, (trace, address, 1, False)) if type(value) is _Tensor
                          and not value.ndim else group_of(trace, address, dist, value), read[4])
                 read_inputs.append(entry)
