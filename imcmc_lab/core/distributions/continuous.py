@@ -12,6 +12,7 @@ from ..values import DTYPE
 from . import constraints
 from ._arith import (BELOW_ONE, HUGE, LOG_2PI, NEG_INF, TINY, all_positive_finite, numpy_views, plain_scalars,
                      scalar, scalar_params, short_vector)
+from ._draws import standard_gamma_pair, standard_normal
 from .base import Distribution, as_param, simplex_float64, where_support
 from .reference import NoReferenceMap
 
@@ -49,11 +50,10 @@ class Normal(Distribution):
         return (value - self.mean) / self.std
 
     def sample(self):
-        z = torch.randn((), dtype=DTYPE)
         params = scalar_params(self.raw_args, self.mean, self.std)
         if params is not None:          # the same two roundings as in torch
-            return scalar(params[0] + params[1] * z.item())
-        return self.mean + self.std * z
+            return scalar(params[0] + params[1] * standard_normal())
+        return self.mean + self.std * torch.randn((), dtype=DTYPE)
 
     def sample_n(self, n):
         return self.mean + self.std * torch.randn((n,), dtype=DTYPE)
@@ -197,8 +197,7 @@ class Beta(Distribution):
         a, b = self.a, self.b
         params = scalar_params(self.raw_args, a, b)
         if params is not None and params[0] >= 1 and params[1] >= 1:
-            x = torch._standard_gamma(a).item()
-            y = torch._standard_gamma(b).item()
+            x, y = standard_gamma_pair(*params)     # the draws of gamma(a), then gamma(b)
             v = x / (x + y)
             return scalar(v if 0 < v < 1 else min(max(v, TINY), BELOW_ONE))
         # Shapes below 1 put much of their mass closer to 0 or 1 than float64 resolves (and

@@ -9,6 +9,7 @@ import torch
 from ..values import DTYPE
 from . import constraints
 from ._arith import NEG_INF, scalar_params
+from ._draws import randint, uniform01
 from .base import Distribution, as_integer_param, as_param, is_integer_valued, where_support
 from .reference import DiscreteReference
 
@@ -49,7 +50,7 @@ class Bernoulli(DiscreteReference, Distribution):
 
     def sample(self):
         params = scalar_params(self.raw_args, self.p)
-        return torch.rand((), dtype=DTYPE).item() < (self.p.item() if params is None else params[0])
+        return uniform01() < (self.p.item() if params is None else params[0])
 
     def sample_n(self, n):
         return (torch.rand((n,), dtype=DTYPE) < self.p).to(torch.int64)
@@ -95,7 +96,10 @@ class UniformDiscrete(DiscreteReference, Distribution):
         return self.lo
 
     def sample(self):
-        return torch.randint(self.lo, self.hi + 1, ()).item()
+        lo, hi = self.lo, self.hi
+        if type(lo) is int and type(hi) is int:
+            return randint(lo, hi + 1)
+        return torch.randint(lo, hi + 1, ()).item()
 
     def sample_n(self, n):
         return torch.randint(self.lo, self.hi + 1, (n,))
