@@ -116,7 +116,9 @@ def visit_choice(dist, address):
     error message needs it (:func:`resolve_line`)."""
     handler = getattr(_local, "handler", None) or current_handler()
     frame = sys._getframe(1)        # the body that wrote `dist @ address`
-    value = handler.choice(normalize_address(address), dist, (frame.f_code, frame.f_lasti))
+    # normalize_address's most common case inlined: a one-key address written as a string
+    address = (address,) if type(address) is str else normalize_address(address)
+    value = handler.choice(address, dist, (frame.f_code, frame.f_lasti))
     if type(value) is _Tensor:
         handed = getattr(handler, "handed", None)
         if handed is not None:

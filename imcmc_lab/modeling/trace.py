@@ -542,6 +542,15 @@ class DynamicTrace(Trace):
         # its FamilySlot (in trace order); their elements are found here by address
         self._compact = compact
 
+    def __getitem__(self, address):
+        # the common read, trace["k"], of a choice whose value is no tensor (nothing to lend):
+        # what Trace.__getitem__ returns for it, without resolving the path
+        if type(address) is str:
+            record = self._records.get((address,))
+            if type(record) is ChoiceRecord and not isinstance(record.value, torch.Tensor):
+                return record.value
+        return Trace.__getitem__(self, address)
+
     def _record_items(self):
         return self._records.items()
 

@@ -343,9 +343,17 @@ class Simulate(Tracer):
     __slots__ = ()
 
     def choice(self, address, dist, line):
-        self._claim(address, line, "random choice")
-        value, logpdf = self._sampled(dist, address, line)
-        self.records[address] = ChoiceRecord(dist, value, logpdf)
+        # _claim's common case, inlined: a new one-key address (not a namespace, no families);
+        # anything else, and every refusal, goes through _claim
+        if len(address) == 1 and address not in self.records and address not in self.namespaces \
+                and self.compact is None:
+            self.lines[address] = line
+        else:
+            self._claim(address, line, "random choice")
+        if dist.check_params() is not None:             # _sampled, inlined
+            self._validate(dist, address, line, may_be_impossible=False)     # raises
+        value = dist.sample()
+        self.records[address] = ChoiceRecord(dist, value, self._score(dist, value, address, True))
         return value
 
 
@@ -353,7 +361,11 @@ class Generate(Tracer):
     __slots__ = ()
 
     def choice(self, address, dist, line):
-        self._claim(address, line, "random choice")
+        if len(address) == 1 and address not in self.records and address not in self.namespaces \
+                and self.compact is None:           # as in Simulate.choice
+            self.lines[address] = line
+        else:
+            self._claim(address, line, "random choice")
         constraints = self.constraints
         if constraints is not None and address in constraints:
             value, logpdf = self._constrained(dist, address, line)
