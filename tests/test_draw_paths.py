@@ -22,13 +22,16 @@ def _reference_draws():
     y = torch._standard_gamma(torch.tensor(3.5, dtype=F64)).item()
     x1 = torch._standard_gamma(torch.tensor(1.0, dtype=F64)).item()
     y1 = torch._standard_gamma(torch.tensor(1.0, dtype=F64)).item()
-    return [flip, k, z, x / (x + y), x1 / (x1 + y1), torch.rand(()).item()]
+    z_int = 1.0 + 2.0 * torch.randn((), dtype=F64).item()
+    flip_tensor = torch.rand((), dtype=F64).item() < 0.3
+    return [flip, k, z, x / (x + y), x1 / (x1 + y1), z_int, flip_tensor, torch.rand(()).item()]
 
 
 def _draws():
     return [il.bernoulli(0.3).sample(), il.uniform_discrete(2, 9).sample(), il.normal(1.5, 2.0).sample().item(),
             il.beta(2.0, 3.5).sample().item(),
             il.beta(torch.tensor(1.0, dtype=F64), torch.tensor(1.0)).sample().item(),   # tensor parameters
+            il.normal(1, 2).sample().item(), il.bernoulli(torch.tensor(0.3, dtype=F64)).sample(),
             torch.rand(()).item()]                  # the generator's state after them
 
 

@@ -345,15 +345,16 @@ class Simulate(Tracer):
     def choice(self, address, dist, line):
         # _claim's common case, inlined: a new one-key address (not a namespace, no families);
         # anything else, and every refusal, goes through _claim
-        if len(address) == 1 and address not in self.records and address not in self.namespaces \
-                and self.compact is None:
+        records = self.records
+        if len(address) == 1 and address not in records and self.compact is None and (
+                not self.namespaces or address not in self.namespaces):
             self.lines[address] = line
         else:
             self._claim(address, line, "random choice")
         if dist.check_params() is not None:             # _sampled, inlined
             self._validate(dist, address, line, may_be_impossible=False)     # raises
         value = dist.sample()
-        self.records[address] = ChoiceRecord(dist, value, self._score(dist, value, address, True))
+        records[address] = ChoiceRecord(dist, value, self._score(dist, value, address, True))
         return value
 
 
@@ -361,8 +362,9 @@ class Generate(Tracer):
     __slots__ = ()
 
     def choice(self, address, dist, line):
-        if len(address) == 1 and address not in self.records and address not in self.namespaces \
-                and self.compact is None:           # as in Simulate.choice
+        records = self.records
+        if len(address) == 1 and address not in records and self.compact is None and (
+                not self.namespaces or address not in self.namespaces):        # as in Simulate.choice
             self.lines[address] = line
         else:
             self._claim(address, line, "random choice")
@@ -372,7 +374,7 @@ class Generate(Tracer):
             self.weight += logpdf
         else:
             value, logpdf = self._unconstrained(dist, address, line)
-        self.records[address] = ChoiceRecord(dist, value, logpdf)
+        records[address] = ChoiceRecord(dist, value, logpdf)
         return value
 
     _unconstrained = Tracer._fresh

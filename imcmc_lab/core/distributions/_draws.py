@@ -72,13 +72,12 @@ def randint(lo: int, hi: int) -> int:
         return torch.randint(lo, hi, ()).item()
 
 
-def standard_gamma_pair(a: float, b: float) -> list:
+def standard_gamma_pair(shapes: tuple) -> list:
     """``[torch._standard_gamma(a).item(), torch._standard_gamma(b).item()]`` for float64
-    shapes ``a`` and ``b`` (Python floats), in one call."""
-    key = (a, b)
-    pair = _PAIRS.get(key)
+    shapes ``(a, b)`` (a tuple of two Python floats), in one call."""
+    pair = _PAIRS.get(shapes)
     if pair is None:
         if len(_PAIRS) > 4096:
             _PAIRS.clear()
-        pair = _PAIRS[key] = torch.tensor(key, dtype=DTYPE)
+        pair = _PAIRS[shapes] = torch.tensor(shapes, dtype=DTYPE)
     return torch._standard_gamma(pair).tolist()

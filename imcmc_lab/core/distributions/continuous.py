@@ -50,7 +50,8 @@ class Normal(Distribution):
         return (value - self.mean) / self.std
 
     def sample(self):
-        params = scalar_params(self.raw_args, self.mean, self.std)
+        raw = self.raw_args         # two Python floats are their own scalar_params
+        params = raw if type(raw[0]) is float and type(raw[1]) is float else scalar_params(raw, self.mean, self.std)
         if params is not None:          # the same two roundings as in torch
             return scalar(params[0] + params[1] * standard_normal())
         return self.mean + self.std * torch.randn((), dtype=DTYPE)
@@ -194,10 +195,10 @@ class Beta(Distribution):
         raise NoReferenceMap("beta has an N(0, 1) reference map only when a == 1 or b == 1")
 
     def sample(self):
-        a, b = self.a, self.b
-        params = scalar_params(self.raw_args, a, b)
+        raw = self.raw_args         # two Python floats are their own scalar_params
+        params = raw if type(raw[0]) is float and type(raw[1]) is float else scalar_params(raw, self.a, self.b)
         if params is not None and params[0] >= 1 and params[1] >= 1:
-            x, y = standard_gamma_pair(*params)     # the draws of gamma(a), then gamma(b)
+            x, y = standard_gamma_pair(params)      # the draws of gamma(a), then gamma(b)
             v = x / (x + y)
             return scalar(v if 0 < v < 1 else min(max(v, TINY), BELOW_ONE))
         # Shapes below 1 put much of their mass closer to 0 or 1 than float64 resolves (and

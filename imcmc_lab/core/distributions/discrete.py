@@ -49,8 +49,11 @@ class Bernoulli(DiscreteReference, Distribution):
         return bool(DiscreteReference.from_reference(self, z))
 
     def sample(self):
-        params = scalar_params(self.raw_args, self.p)
-        return uniform01() < (self.p.item() if params is None else params[0])
+        p = self.raw_args[0]        # a Python float is its own scalar_params
+        if type(p) is not float:
+            params = scalar_params(self.raw_args, self.p)
+            p = self.p.item() if params is None else params[0]
+        return uniform01() < p
 
     def sample_n(self, n):
         return (torch.rand((n,), dtype=DTYPE) < self.p).to(torch.int64)
