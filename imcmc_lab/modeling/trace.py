@@ -561,9 +561,14 @@ class DynamicTrace(Trace):
         return record
 
     def flat_records(self) -> dict:
-        if self._flat is None and set(map(type, self._records.values())) <= _ONLY_CHOICES:
-            self._flat = dict(self._records)      # no sub-calls: a copy, without a Python loop
-        return super().flat_records()
+        flat = self._flat
+        if flat is None:
+            records = self._records
+            if set(map(type, records.values())) <= _ONLY_CHOICES:
+                flat = self._flat = dict(records)      # no sub-calls: a copy, without a Python loop
+            else:
+                flat = Trace.flat_records(self)
+        return flat
 
 
 # ---------------------------------------------------------------------------
