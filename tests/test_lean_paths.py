@@ -146,3 +146,65 @@ def test_a_tensor_read_with_a_string_is_still_lent():
     u += 1.0                        # changed in place after the trace handed it out
     with pytest.raises(il.errors.TraceChangedError, match="'u'"):
         trace.update({"k": 2})
+
+
+@pytest.mark.parametrize("dist", [il.beta(2.0, 2.0), il.beta(1.0, 3.5), il.beta(0.5, 2.0), il.beta(2, 3),
+                                  il.beta(torch.tensor(2.0, dtype=F64), 3.0), il.bernoulli(0.3), il.bernoulli(0.0),
+                                  il.bernoulli(1.0), il.bernoulli(torch.tensor(0.7)), il.uniform_discrete(1, 8),
+                                  il.uniform_discrete(-3, -3)], ids=repr)
+def test_sample_logpdf_is_sample_then_logpdf(dist):
+    for seed in range(50):
+        torch.manual_seed(seed)
+        value, logpdf = dist._sample_logpdf()
+        after = torch.rand(()).item()
+        torch.manual_seed(seed)
+        expected = dist.sample()
+        assert torch.rand(()).item() == after           # the same numbers drawn
+        assert type(value) is type(expected)
+        assert (torch.equal(value, expected) if isinstance(value, torch.Tensor) else value == expected)
+        assert logpdf is None or logpdf == dist.logpdf(expected)
+
+
+def test_a_subclass_keeps_its_own_density_and_sampler():
+    class Tilted(il.core.distributions.Beta):
+        __slots__ = ()
+
+        def logpdf(self, value):
+            return -1.5
+
+        def log_prob(self, value):
+            return torch.tensor(-1.5, dtype=F64)
+
+    class Fixed(il.core.distributions.Bernoulli):
+        __slots__ = ()
+
+        def sample(self):
+            return True
+
+    @il.gen
+    def body():
+        Tilted(2.0, 2.0) @ "t"
+        Fixed(0.5) @ "f"
+    trace = body.simulate()
+    assert trace.choice_record("t").logpdf == -1.5 and trace["f"] is True
+
+
+def test_a_fused_draw_with_no_finite_density_is_scored_as_any_value():
+    class Odd(il.core.distributions.Distribution):
+        name = "odd"
+        __slots__ = ()
+
+        def sample(self):
+            return torch.tensor(0.5, dtype=F64)
+
+        def log_prob(self, value):
+            return torch.tensor(float("nan"), dtype=F64)
+
+        def _sample_logpdf(self):
+            return self.sample(), float("nan")
+
+    @il.gen
+    def body():
+        Odd() @ "o"
+    with pytest.raises(il.errors.DistributionError, match="log-density of odd.* at address 'o' is NaN"):
+        body.simulate()

@@ -353,8 +353,19 @@ class Simulate(Tracer):
             self._claim(address, line, "random choice")
         if dist.check_params() is not None:             # _sampled, inlined
             self._validate(dist, address, line, may_be_impossible=False)     # raises
-        value = dist.sample()
-        records[address] = ChoiceRecord(dist, value, self._score(dist, value, address, True))
+        fused = dist._sample_logpdf
+        if fused is None or self.grad_terms is not None:
+            value = dist.sample()
+            logpdf = self._score(dist, value, address, True)
+        else:
+            # a built-in class draws and scores in one pass (the same value and log-density);
+            # no density there, or -inf or NaN: _score says what it says of any value
+            value, logpdf = fused()
+            if logpdf is not None and logpdf > _NEG_INF:
+                counters.logpdf_evaluations += 1
+            else:
+                logpdf = self._score(dist, value, address, True)
+        records[address] = ChoiceRecord(dist, value, logpdf)
         return value
 
 

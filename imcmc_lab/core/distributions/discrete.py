@@ -58,19 +58,27 @@ class Bernoulli(DiscreteReference, Distribution):
     def sample_n(self, n):
         return (torch.rand((n,), dtype=DTYPE) < self.p).to(torch.int64)
 
+    def _sample_logpdf(self):
+        p = self.raw_args[0]
+        if type(self) is not Bernoulli or type(p) is not float:
+            return self.sample(), None
+        value = uniform01() < p         # what sample() draws, and its _fast_logpdf
+        return value, _bernoulli_logpdf(p, value)
+
     def _fast_logpdf(self, x):
         params = scalar_params(self.raw_args, self.p) if type(x) is bool else None
-        if params is not None:
-            p = params[0]
-            q = p if x else 1.0 - p
-            return math.log(q) if q > 0 else NEG_INF
-        return None
+        return None if params is None else _bernoulli_logpdf(params[0], x)
 
     def _torch_log_prob(self, x):
         x = as_param(x)
         ok = (x == 0) | (x == 1)
         lp = torch.where(x == 1, torch.log(self.p), torch.log1p(-self.p))
         return where_support(ok, lp)
+
+
+def _bernoulli_logpdf(p: float, x: bool) -> float:
+    q = p if x else 1.0 - p
+    return math.log(q) if q > 0 else NEG_INF
 
 
 class UniformDiscrete(DiscreteReference, Distribution):
@@ -106,6 +114,10 @@ class UniformDiscrete(DiscreteReference, Distribution):
 
     def sample_n(self, n):
         return torch.randint(self.lo, self.hi + 1, (n,))
+
+    def _sample_logpdf(self):
+        value = self.sample()
+        return value, (self._fast_logpdf(value) if type(self) is UniformDiscrete else None)
 
     def _fast_logpdf(self, x):
         if type(x) is int:
