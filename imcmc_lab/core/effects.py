@@ -44,6 +44,7 @@ from .values import ScalarList
 
 _Tensor = torch.Tensor
 _VERSION = operator.attrgetter("_version")
+_getframe = sys._getframe
 
 __all__ = ["current_handler", "active_handler", "handling", "visit_choice", "visit_call", "visit_family",
            "NoHandlerError", "resolve_line"]
@@ -114,9 +115,16 @@ def visit_choice(dist, address):
     call per random choice, so the lookups are inlined too). The line is kept as the call
     site ``(code, offset)``: ``frame.f_lineno`` scans the code's line table, and only an
     error message needs it (:func:`resolve_line`)."""
-    handler = getattr(_local, "handler", None) or current_handler()
-    frame = sys._getframe(1)        # the body that wrote `dist @ address`
-    value = handler.choice(normalize_address(address), dist, (frame.f_code, frame.f_lasti))
+    try:
+        handler = _local.handler
+    except AttributeError:          # this thread never ran a body
+        handler = None
+    if handler is None:
+        handler = current_handler()     # raises
+    frame = _getframe(1)            # the body that wrote `dist @ address`
+    # normalize_address's most common case inlined: a one-key address written as a string
+    address = (address,) if type(address) is str else normalize_address(address)
+    value = handler.choice(address, dist, (frame.f_code, frame.f_lasti))
     if type(value) is _Tensor:
         handed = getattr(handler, "handed", None)
         if handed is not None:

@@ -41,7 +41,8 @@ def run_dynamic(gen_fn, request):
     args = request.args
     # The trace keeps its arguments and re-runs the body on them in update: a body that
     # changed one in place would drift on every update, so note the tensors' versions.
-    versions = [(i, a, a._version) for i, a in enumerate(args) if type(a) is _Tensor] if args else None
+    versions = [(i, a, a._version) for i, a in enumerate(args) if type(a) is _Tensor] \
+        if _Tensor in map(type, args) else None     # (the test in C: no list for no tensor)
     saved = push_handler(tracer)
     counters.executions += 1
     try:
@@ -115,6 +116,8 @@ def _as_args(args):
 
 def _owned_constraints(constraints):
     if type(constraints) is OwnedChoices:     # engine-built: normalised addresses, owned values
+        if not constraints or max(map(len, constraints)) == 1:
+            return constraints      # one-key addresses only: none can be another's namespace
         return ChoiceMap._from_flat(constraints, check=True)._leaves
     flat = as_choicemap(constraints)._leaves      # addresses normalised and checked in any case
     if not flat:

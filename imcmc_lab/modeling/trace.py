@@ -542,6 +542,15 @@ class DynamicTrace(Trace):
         # its FamilySlot (in trace order); their elements are found here by address
         self._compact = compact
 
+    def __getitem__(self, address):
+        # the common read, trace["k"], of a choice whose value is no tensor (nothing to lend):
+        # what Trace.__getitem__ returns for it, without resolving the path
+        if type(address) is str:
+            record = self._records.get((address,))
+            if type(record) is ChoiceRecord and not isinstance(record.value, torch.Tensor):
+                return record.value
+        return Trace.__getitem__(self, address)
+
     def _record_items(self):
         return self._records.items()
 
@@ -552,9 +561,14 @@ class DynamicTrace(Trace):
         return record
 
     def flat_records(self) -> dict:
-        if self._flat is None and set(map(type, self._records.values())) <= _ONLY_CHOICES:
-            self._flat = dict(self._records)      # no sub-calls: a copy, without a Python loop
-        return super().flat_records()
+        flat = self._flat
+        if flat is None:
+            records = self._records
+            if set(map(type, records.values())) <= _ONLY_CHOICES:
+                flat = self._flat = dict(records)      # no sub-calls: a copy, without a Python loop
+            else:
+                flat = Trace.flat_records(self)
+        return flat
 
 
 # ---------------------------------------------------------------------------

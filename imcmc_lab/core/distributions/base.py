@@ -136,6 +136,9 @@ class Distribution:
     _param_checks = ()
     #: argument tuples of Python numbers whose parameters passed :meth:`check_params`
     _valid_numbers = frozenset()
+    #: built-in classes: ``() -> (sample(), logpdf(that value) or None)`` in one pass (the
+    #: density from the drawn float, no tensor round trip); None: sample, then score
+    _sample_logpdf = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

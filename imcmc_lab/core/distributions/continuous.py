@@ -12,6 +12,7 @@ from ..values import DTYPE
 from . import constraints
 from ._arith import (BELOW_ONE, HUGE, LOG_2PI, NEG_INF, TINY, all_positive_finite, numpy_views, plain_scalars,
                      scalar, scalar_params, short_vector)
+from ._draws import standard_gamma_pair, standard_normal
 from .base import Distribution, as_param, simplex_float64, where_support
 from .reference import NoReferenceMap
 
@@ -49,11 +50,11 @@ class Normal(Distribution):
         return (value - self.mean) / self.std
 
     def sample(self):
-        z = torch.randn((), dtype=DTYPE)
-        params = scalar_params(self.raw_args, self.mean, self.std)
+        raw = self.raw_args         # two Python floats are their own scalar_params
+        params = raw if type(raw[0]) is float and type(raw[1]) is float else scalar_params(raw, self.mean, self.std)
         if params is not None:          # the same two roundings as in torch
-            return scalar(params[0] + params[1] * z.item())
-        return self.mean + self.std * z
+            return scalar(params[0] + params[1] * standard_normal())
+        return self.mean + self.std * torch.randn((), dtype=DTYPE)
 
     def sample_n(self, n):
         return self.mean + self.std * torch.randn((n,), dtype=DTYPE)
@@ -194,29 +195,27 @@ class Beta(Distribution):
         raise NoReferenceMap("beta has an N(0, 1) reference map only when a == 1 or b == 1")
 
     def sample(self):
-        a, b = self.a, self.b
-        params = scalar_params(self.raw_args, a, b)
+        raw = self.raw_args         # two Python floats are their own scalar_params
+        params = raw if type(raw[0]) is float and type(raw[1]) is float else scalar_params(raw, self.a, self.b)
         if params is not None and params[0] >= 1 and params[1] >= 1:
-            x = torch._standard_gamma(a).item()
-            y = torch._standard_gamma(b).item()
-            v = x / (x + y)
-            return scalar(v if 0 < v < 1 else min(max(v, TINY), BELOW_ONE))
+            return scalar(_beta_draw(params))
         # Shapes below 1 put much of their mass closer to 0 or 1 than float64 resolves (and
         # their gamma draws underflow to 0): draw in log space and round into (0, 1).
         log_x, log_y = _log_standard_gamma(self.a), _log_standard_gamma(self.b)
         return torch.sigmoid(log_x - log_y).clamp(TINY, BELOW_ONE)
 
+    def _sample_logpdf(self):
+        raw = self.raw_args
+        if type(self) is Beta and type(raw[0]) is float and type(raw[1]) is float and raw[0] >= 1 and raw[1] >= 1:
+            v = _beta_draw(raw)         # what sample() draws, and its _fast_logpdf
+            return scalar(v), _beta_logpdf(raw, v)
+        return self.sample(), None
+
     def _fast_logpdf(self, x):
         params = scalar_params(self.raw_args, self.a, self.b)
         if params is None or x.ndim or x.requires_grad:
             return None
-        (a, b), v = params, x.item()
-        if not (a > 0 and b > 0):
-            return None
-        if not 0 < v < 1:
-            return NEG_INF
-        return ((a - 1) * math.log(v) + (b - 1) * math.log1p(-v)
-                + math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b))
+        return _beta_logpdf(params, x.item())
 
     def _torch_log_prob(self, x):
         ok = (x > 0) & (x < 1)
@@ -224,6 +223,25 @@ class Beta(Distribution):
         lp = ((self.a - 1) * torch.log(xs) + (self.b - 1) * torch.log1p(-xs)
               + torch.lgamma(self.a + self.b) - torch.lgamma(self.a) - torch.lgamma(self.b))
         return where_support(ok, lp)
+
+
+def _beta_draw(params) -> float:
+    """A beta(a, b) value for float shapes ``a, b >= 1`` (a tuple): x / (x + y) of two gamma
+    draws, kept inside (0, 1)."""
+    x, y = standard_gamma_pair(params)      # the draws of gamma(a), then gamma(b)
+    v = x / (x + y)
+    return v if 0 < v < 1 else min(max(v, TINY), BELOW_ONE)
+
+
+def _beta_logpdf(params, v: float):
+    """Beta's log-density at the float ``v`` for float shapes ``(a, b)``; None unless both > 0."""
+    a, b = params
+    if not (a > 0 and b > 0):
+        return None
+    if not 0 < v < 1:
+        return NEG_INF
+    return ((a - 1) * math.log(v) + (b - 1) * math.log1p(-v)
+            + math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b))
 
 
 class Uniform(Distribution):

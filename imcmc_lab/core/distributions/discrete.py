@@ -9,6 +9,7 @@ import torch
 from ..values import DTYPE
 from . import constraints
 from ._arith import NEG_INF, scalar_params
+from ._draws import randint, uniform01
 from .base import Distribution, as_integer_param, as_param, is_integer_valued, where_support
 from .reference import DiscreteReference
 
@@ -48,25 +49,36 @@ class Bernoulli(DiscreteReference, Distribution):
         return bool(DiscreteReference.from_reference(self, z))
 
     def sample(self):
-        params = scalar_params(self.raw_args, self.p)
-        return torch.rand((), dtype=DTYPE).item() < (self.p.item() if params is None else params[0])
+        p = self.raw_args[0]        # a Python float is its own scalar_params
+        if type(p) is not float:
+            params = scalar_params(self.raw_args, self.p)
+            p = self.p.item() if params is None else params[0]
+        return uniform01() < p
 
     def sample_n(self, n):
         return (torch.rand((n,), dtype=DTYPE) < self.p).to(torch.int64)
 
+    def _sample_logpdf(self):
+        p = self.raw_args[0]
+        if type(self) is not Bernoulli or type(p) is not float:
+            return self.sample(), None
+        value = uniform01() < p         # what sample() draws, and its _fast_logpdf
+        return value, _bernoulli_logpdf(p, value)
+
     def _fast_logpdf(self, x):
         params = scalar_params(self.raw_args, self.p) if type(x) is bool else None
-        if params is not None:
-            p = params[0]
-            q = p if x else 1.0 - p
-            return math.log(q) if q > 0 else NEG_INF
-        return None
+        return None if params is None else _bernoulli_logpdf(params[0], x)
 
     def _torch_log_prob(self, x):
         x = as_param(x)
         ok = (x == 0) | (x == 1)
         lp = torch.where(x == 1, torch.log(self.p), torch.log1p(-self.p))
         return where_support(ok, lp)
+
+
+def _bernoulli_logpdf(p: float, x: bool) -> float:
+    q = p if x else 1.0 - p
+    return math.log(q) if q > 0 else NEG_INF
 
 
 class UniformDiscrete(DiscreteReference, Distribution):
@@ -95,10 +107,17 @@ class UniformDiscrete(DiscreteReference, Distribution):
         return self.lo
 
     def sample(self):
-        return torch.randint(self.lo, self.hi + 1, ()).item()
+        lo, hi = self.lo, self.hi
+        if type(lo) is int and type(hi) is int:
+            return randint(lo, hi + 1)
+        return torch.randint(lo, hi + 1, ()).item()
 
     def sample_n(self, n):
         return torch.randint(self.lo, self.hi + 1, (n,))
+
+    def _sample_logpdf(self):
+        value = self.sample()
+        return value, (self._fast_logpdf(value) if type(self) is UniformDiscrete else None)
 
     def _fast_logpdf(self, x):
         if type(x) is int:
