@@ -9,7 +9,7 @@ import torch
 
 from ..values import DTYPE, as_real, float64_vector, known_floats, values_equal
 from . import constraints
-from ._arith import (LOG_2PI, NEG_INF, PY_MAX_LEN, all_finite, all_nonnegative_finite, all_positive_finite,
+from ._arith import (LOG_2PI, NEG_INF, PY_MAX_LEN, all_finite, all_positive_finite,
                      scalar, short_vector)
 from .base import Distribution, as_integer_param, as_param, simplex_float64
 
@@ -127,10 +127,14 @@ class MixtureOfNormals(Distribution):
         vs = self._short_floats(vs, self._variances)
         ws = w.tolist()
         if ms is None or vs is None or not ws or not len(ws) == len(ms) == len(vs) \
-                or not all_positive_finite(vs) or not all_nonnegative_finite(ws) or not all_finite(ms):
+                or not all_positive_finite(vs) or not all_finite(ms):
             return None
-        self._weight_sum = sum(ws)
-        log_ws = map(math.log, ws) if min(ws) > 0 else \
+        # all_nonnegative_finite(ws), its sum and minimum kept
+        total, low = sum(ws), min(ws)
+        if not (total == total and low >= 0 and max(ws) < math.inf):
+            return None
+        self._weight_sum = total
+        log_ws = map(math.log, ws) if low > 0 else \
             [math.log(wi) if wi > 0 else NEG_INF for wi in ws]
         a = [lw - 0.5 * (lv + LOG_2PI) for lw, lv in zip(log_ws, map(math.log, vs))]
         return (a, ms, vs) if max(a) > NEG_INF else None
