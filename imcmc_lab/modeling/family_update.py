@@ -12,7 +12,10 @@ not n records.
 Other families are remembered as :class:`Family`: an element that is unconstrained,
 kept, and has the same distribution as before reuses its record without a Python-level
 step of its own, the kept elements being the slices between the few that the tracer's
-``choice`` must handle. Anything the fast paths cannot do exactly as ``choice`` would
+``choice`` must handle; where those few are constrained values of a scalar distribution
+(a split/merge move's new means and variances), they are scored here, as ``choice`` would
+score them, and the family's records are laid down in one dict update
+(:func:`_given_elements`). Anything the fast paths cannot do exactly as ``choice`` would
 (a constrained value that is not a scalar float, a NaN density, changed keys, invalid
 parameters) runs element by element. Every element means exactly what ``choice``
 makes of it.
