@@ -12,7 +12,10 @@ not n records.
 Other families are remembered as :class:`Family`: an element that is unconstrained,
 kept, and has the same distribution as before reuses its record without a Python-level
 step of its own, the kept elements being the slices between the few that the tracer's
-``choice`` must handle. Anything the fast paths cannot do exactly as ``choice`` would
+``choice`` must handle; where those few are constrained values of a scalar distribution
+(a split/merge move's new means and variances), they are scored here, as ``choice`` would
+score them, and the family's records are laid down in one dict update
+(:func:`_given_elements`). Anything the fast paths cannot do exactly as ``choice`` would
 (a constrained value that is not a scalar float, a NaN density, changed keys, invalid
 parameters) runs element by element. Every element means exactly what ``choice``
 makes of it.
@@ -82,11 +85,96 @@ def update_family(tracer, namespace, keys, dist, line, values=True):
         values = [choice(addresses[0], dist, line)]     # claims the namespace (or raises)
         tracer.family_lines.append((rest, line))
         return _family_from_records(tracer, namespace, line, keys, addresses, rest, dist, values)
+    return _aligned_update(tracer, namespace, line, keys, addresses, rest, dist, old, offset)
+
+
+def _aligned_update(tracer, namespace, line, keys, addresses, rest, dist, old, offset):
+    """The update of a family that the previous trace remembers uniform, with the same
+    distribution, element ``i`` being its element ``i + offset``: the kept elements are the
+    old records, the redone ones (constrained, or outside the old family) are scored here
+    when ``choice`` would only score their given values (:func:`_given_elements`), so the
+    Python steps are O(redone); else the redone ones run through ``choice``. The family's values."""
     redo = _redone_positions(tracer, addresses, rest, keys, old, offset)
     if not redo or redo[0]:
         tracer._claim(addresses[0], line, "random choice")     # a kept first element claims the namespace
     tracer.family_lines.append((rest, line))
-    records, old_records, old_values = tracer.records, old.records, old.values
+    given = _given_elements(tracer, addresses, redo, dist, line) if redo else ()
+    if given is None:
+        return _slices_update(tracer, namespace, line, keys, addresses, dist, old, offset, redo)
+    n, old_records = len(addresses), old.records
+    low = -offset if offset < 0 else 0            # new positions the old family covers: [low, high)
+    high = len(old_records) - offset
+    if high > n:
+        high = n
+    if low > n:
+        low = n
+    if high < low:
+        high = low
+    recs = old_records[low + offset:high + offset]
+    values = old.values[low + offset:high + offset]
+    recs, values = ([None] * low + list(recs), [None] * low + list(values)) if low else (list(recs), list(values))
+    uniform, n_kept, weight, discard = True, n - len(redo), tracer.weight, tracer.discard
+    for i, address, value, logpdf, prev_rec in given:     # in key order, as choice() would run them
+        if logpdf == _NEG_INF:
+            tracer.impossible, uniform = True, False
+        if prev_rec is not None:
+            n_kept += 1
+            weight += logpdf - prev_rec.logpdf
+            discard[address] = prev_rec.value
+        else:
+            weight += logpdf
+        tracer.lines[address] = line
+        rec = ChoiceRecord(dist, value, logpdf)
+        if i < high:
+            recs[i], values[i] = rec, value
+        else:
+            recs.append(rec)
+            values.append(value)
+    tracer.weight = weight
+    tracer.n_kept += n_kept
+    tracer.n_used += len(given)
+    counters.logpdf_evaluations += len(given)
+    tracer.records.update(zip(addresses, recs))
+    # the old family's floats, if known, give the new one's at the cost of the redone elements
+    floats_from = (old._floats, offset, redo) if type(old._floats) is tuple else None
+    return _store_family(tracer, namespace, line, keys, dist, recs, values, uniform, floats_from)
+
+
+def _given_elements(tracer, addresses, redo, dist, line):
+    """``[(i, address, value, logpdf, previous record or None)]`` for the redone elements,
+    computed as ``choice`` computes them, when each is a constrained value of a scalar
+    distribution with valid parameters outside autograd, coerces, has a density that is not
+    NaN and replaces a plain choice (or nothing); else None (nothing done but the first
+    element's claim, which ``choice`` makes again): ``choice`` then runs them, raising its errors."""
+    constraints = tracer.constraints
+    if constraints is None or tracer.grad_terms is not None or dist.event_shape or dist.check_params() is not None:
+        return None
+    prev = tracer.prev
+    get, compact, given = prev._records.get, prev._compact, []
+    for i in redo:
+        address = addresses[i]
+        if address not in constraints:
+            return None
+        prev_rec = get(address)
+        if type(prev_rec) is not ChoiceRecord and (prev_rec is not None or compact is not None):
+            return None
+        if not i:
+            tracer._claim(address, line, "random choice")       # as choice() claims it first
+        try:
+            value = dist.coerce(constraints[address])
+        except (ValueError, TypeError):
+            return None
+        logpdf = dist.logpdf(value)
+        if logpdf != logpdf:
+            return None
+        given.append((i, address, value, logpdf, prev_rec))
+    return given
+
+
+def _slices_update(tracer, namespace, line, keys, addresses, dist, old, offset, redo):
+    """:func:`_aligned_update` with the redone elements run through ``choice``: the kept
+    elements as slices between them."""
+    choice, records, old_records, old_values = tracer.choice, tracer.records, old.records, old.values
     values, recs, uniform, start, n = [], [], True, 0, len(addresses)
     for i in redo + [n]:
         if start < i:
@@ -101,7 +189,6 @@ def update_family(tracer, namespace, keys, dist, line, values=True):
             recs.append(rec)
             uniform = uniform and type(rec) is ChoiceRecord and rec.logpdf != _NEG_INF
         start = i + 1
-    # the old family's floats, if known, give the new one's at the cost of the redone elements
     floats_from = (old._floats, offset, redo) if type(old._floats) is tuple else None
     return _store_family(tracer, namespace, line, keys, dist, recs, values, uniform, floats_from)
 
@@ -153,14 +240,27 @@ def _redone_positions(tracer, addresses, rest, keys, old, offset):
     """Element ``i`` is old element ``i + offset``. Redone (by ``choice``): the constrained
     ones and those outside the old family; sorted."""
     n, constraints = len(addresses), tracer.constraints
-    redo = set()
+    low = -offset if offset < 0 else 0              # the old family covers [low, high)
+    high = len(old.records) - offset
+    if low > n:
+        low = n
+    redo = list(range(low)) if low else []
     if constraints:
-        redo = {address[1] - keys.start for address in rest.intersection(constraints)}
-        if addresses[0] in constraints:
-            redo.add(0)
-    redo.update(range(min(n, max(0, -offset))))
-    redo.update(range(max(0, len(old.keys) - offset), n))
-    return sorted(redo)
+        if not low and high > 0 and addresses[0] in constraints:
+            redo.append(0)
+        hit = rest.intersection(constraints)
+        if hit:
+            start, inside = keys.start, []
+            for address in hit:
+                position = address[1] - start
+                if low <= position < high:
+                    inside.append(position)
+            if inside:
+                inside.sort()
+                redo += inside
+    if high < n:
+        redo += range(high if high > 0 else 0, n)
+    return redo
 
 
 def _family_from_records(tracer, namespace, line, keys, addresses, rest, dist, values):
@@ -405,16 +505,19 @@ class Family:
         if self._floats_from is None:
             return plain_floats(values)
         base, offset, redone = self._floats_from
-        floats, start, n = [], 0, len(values)
-        for i in redone + [n]:
-            if start < i:
-                floats += base[start + offset:i + offset]
-            if i < n:
-                value = plain_float(values[i])
-                if value is None:
-                    return None
-                floats.append(value)
-            start = i + 1
+        # the old floats where the old family has the element; the redone positions (all the
+        # others among them) are filled in below
+        n = len(values)
+        low = min(n, max(0, -offset))
+        high = max(low, min(n, len(base) - offset))
+        floats = list(base[low + offset:high + offset])
+        if low or high < n:
+            floats = [0.0] * low + floats + [0.0] * (n - high)
+        for i in redone:
+            value = plain_float(values[i])
+            if value is None:
+                return None
+            floats[i] = value
         return tuple(floats)
 
 

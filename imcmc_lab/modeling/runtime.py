@@ -125,6 +125,23 @@ def _owned_constraints(constraints):
     return {address: owned(value) for address, value in flat.items()}
 
 
+_HEAD = operator.itemgetter(slice(0, 1))
+
+
+def _engine_constraints(constraints):
+    """The flat dict of :class:`OwnedChoices` (an update's usual constraints: a transform's
+    outputs), checked as :func:`_owned_constraints` checks them (a leaf that is also a
+    namespace is an error) at C speed where every address has one or two keys: a conflict
+    is then a one-key leaf that heads a two-key address, i.e. more addresses whose head
+    is a leaf than one-key leaves. Anything else goes through :func:`_owned_constraints`."""
+    if type(constraints) is OwnedChoices and len(constraints) > 1:
+        lengths = list(map(len, constraints))
+        if max(lengths) <= 2 and min(lengths) and \
+                sum(map(constraints.__contains__, map(_HEAD, constraints))) == lengths.count(1):
+            return constraints
+    return _owned_constraints(constraints)
+
+
 def _account(gen_fn, result, flat, what, strict):
     """Every constraint must have been used: else an error, or with ``strict=False`` the
     unvisited addresses in ``result.unvisited``."""
@@ -172,7 +189,7 @@ def assess(gen_fn, args, choices):
 
 def update(trace, constraints, args=None, strict=True):
     """The full :class:`~.execution.Result` of ``trace.update``."""
-    flat = _owned_constraints(constraints)
+    flat = _engine_constraints(constraints)
     args = trace._args if args is None else owned(_as_args(args))
     result = trace.gen_fn._execute(Execution(Update, args, trace, flat or None))
     return _account(trace.gen_fn, result, flat, "update", strict)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 import torch
 
 from ..values import DTYPE, as_real, float64_vector, known_floats, values_equal
 from . import constraints
-from ._arith import (LOG_2PI, NEG_INF, PY_MAX_LEN, all_finite, all_nonnegative_finite, all_positive_finite,
+from ._arith import (LOG_2PI, NEG_INF, PY_MAX_LEN, all_finite, all_positive_finite,
                      scalar, short_vector)
 from .base import Distribution, as_integer_param, as_param, simplex_float64
 
@@ -76,10 +77,12 @@ class MixtureOfNormals(Distribution):
     def same_as(self, other):
         if type(other) is not MixtureOfNormals:
             return False
+        (mf, vf), (omf, ovf) = self._floats, other._floats
+        if mf is not None and omf is not None and mf != omf:
+            return False        # known floats that differ (the common case of a move): no tensor compared
         w, ow = self.weights, other.weights
         if not (w is ow or values_equal(w, ow)):
             return False
-        (mf, vf), (omf, ovf) = self._floats, other._floats
         # floats known on both sides compare as the vectors made from them would (a NaN
         # parameter, never valid, is the only case where tuple equality may differ)
         return (mf == omf if mf is not None and omf is not None else values_equal(self.means, other.means)) \
@@ -127,10 +130,14 @@ class MixtureOfNormals(Distribution):
         vs = self._short_floats(vs, self._variances)
         ws = w.tolist()
         if ms is None or vs is None or not ws or not len(ws) == len(ms) == len(vs) \
-                or not all_positive_finite(vs) or not all_nonnegative_finite(ws) or not all_finite(ms):
+                or not all_positive_finite(vs) or not all_finite(ms):
             return None
-        self._weight_sum = sum(ws)
-        log_ws = map(math.log, ws) if min(ws) > 0 else \
+        # all_nonnegative_finite(ws), its sum and minimum kept
+        total, low = sum(ws), min(ws)
+        if not (total == total and low >= 0 and max(ws) < math.inf):
+            return None
+        self._weight_sum = total
+        log_ws = map(math.log, ws) if low > 0 else \
             [math.log(wi) if wi > 0 else NEG_INF for wi in ws]
         a = [lw - 0.5 * (lv + LOG_2PI) for lw, lv in zip(log_ws, map(math.log, vs))]
         return (a, ms, vs) if max(a) > NEG_INF else None
@@ -220,27 +227,53 @@ def _log_sums(x, params):
     # The extra rounding is a relative error of |t| 2^-53 on a term, t <= 0 the log of that
     # term's share. The scale sqrt(log2 e / 2) / sqrt(v_j) is finite for every v_j in (0, inf).
     constants = [(aj - s) * _LOG2_E for aj in a]
-    constants += [_SQRT_HALF_LOG2_E / math.sqrt(vj) for vj in variances]
+    scales = [_SQRT_HALF_LOG2_E / math.sqrt(vj) for vj in variances]
+    constants += scales
     constants += means
     shifted, scale, column = np.array(constants).reshape((3, k) + (1,) * xa.ndim)
+    # |(x - m_j) scale_j| below 1e150: nothing overflows (nor becomes inf - inf), so NumPy has no
+    # warning to give and the errstate below (a few us) is not needed
+    if (_max_abs(x, xa) + max(max(means), -min(means))) * max(scales) < 1e150:
+        return _shifted_log_sums(xa, shifted, scale, column, s)
     # tiny variances or huge values overflow to inf, as in torch, whose arithmetic is silent
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        comp = np.subtract(xa, column)
-        comp *= scale
-        np.square(comp, out=comp)
-        np.subtract(shifted, comp, out=comp)
-        if comp.size <= _NUMPY_EXP2_MAX:
-            np.maximum(comp, _EXP2_FLOOR, out=comp)
-            np.exp2(comp, out=comp)
-        else:
-            torch.from_numpy(comp).exp2_()
-        sums = np.add.reduce(comp, 0)
-        # A tiny sum means x is far from every component, and terms that matter may have
-        # underflowed: then None, and the caller shifts by each x's own maximum. (A NaN x
-        # makes min() NaN, which is no reason by itself.)
-        if sums.size and not np.minimum.reduce(sums, None) >= _MIN_SUM and bool((sums < _MIN_SUM).any()):
-            return None
-        return np.log(sums, out=sums), s
+        return _shifted_log_sums(xa, shifted, scale, column, s)
+
+
+def _shifted_log_sums(xa, shifted, scale, column, s):
+    """The arithmetic of :func:`_log_sums`."""
+    comp = np.subtract(xa, column)
+    comp *= scale
+    np.square(comp, out=comp)
+    np.subtract(shifted, comp, out=comp)
+    if comp.size <= _NUMPY_EXP2_MAX:
+        np.maximum(comp, _EXP2_FLOOR, out=comp)
+        np.exp2(comp, out=comp)
+    else:
+        torch.from_numpy(comp).exp2_()
+    sums = np.add.reduce(comp, 0)
+    # A tiny sum means x is far from every component, and terms that matter may have
+    # underflowed: then None, and the caller shifts by each x's own maximum. (A NaN x
+    # makes min() NaN, which is no reason by itself.)
+    if sums.size and not np.minimum.reduce(sums, None) >= _MIN_SUM and bool((sums < _MIN_SUM).any()):
+        return None
+    return np.log(sums, out=sums), s
+
+
+#: (weak reference to a tensor, its version, max |value| or NaN): the last values scored,
+#: which are a model's data on most moves (a kept choice), so their bound is found once
+_LAST_BOUND = (None, -1, math.nan)
+
+
+def _max_abs(x, xa):
+    """``max |x|`` (NaN if ``x`` holds a NaN; 0 if empty), remembered for the last tensor."""
+    global _LAST_BOUND
+    ref, version, bound = _LAST_BOUND
+    if ref is not None and ref() is x and x._version == version:
+        return bound
+    bound = float(np.abs(xa).max()) if xa.size else 0.0
+    _LAST_BOUND = (weakref.ref(x), x._version, bound)
+    return bound
 
 
 class IID(Distribution):
