@@ -214,3 +214,23 @@ def test_gen_on_a_partial_runs_the_partial():
     assert model.name == "body"
     torch.manual_seed(3)
     assert _snapshot(il.gen(body, lower=False).simulate(2.0, 9)) == _snapshot(trace)
+
+
+def test_updating_an_impossible_trace_scores_instead_of_raising_on_what_its_kept_value_breaks():
+    """A trace with a value outside its support (a rejected proposal's new model trace, say)
+    can be updated elsewhere: the kept value's -inf marks the run impossible, so the
+    parameters it makes invalid downstream score -inf (as in the update that put it there)
+    instead of raising "invalid parameters"."""
+    @il.gen
+    def scale_model():
+        s = il.gamma(2.0, 1.0) @ "s"
+        il.normal(0.0, s) @ "x"
+        il.normal(0.0, 1.0) @ "y"
+
+    trace, _ = scale_model.generate((), {"s": 1.0, "x": 0.5, "y": 0.0})
+    impossible, weight, _ = trace.update({"s": -1.0})
+    assert weight == -math.inf and impossible.score == -math.inf
+    moved, weight, _ = impossible.update({"y": 1.0})
+    assert moved.score == -math.inf
+    assert weight == pytest.approx(-0.5)        # only y's term changed: log N(1) - log N(0)
+    assert float(moved["y"]) == 1.0 and float(moved["s"]) == -1.0

@@ -448,10 +448,15 @@ class Incremental(Tracer):
         if same and prev_rec.logpdf != _NEG_INF:
             self.records[address] = prev_rec
             return prev_rec.value
-        valid = dist.check_params() is None or self._validate(dist, address, line, may_be_impossible=True)
-        if valid and same:
+        if same:
+            # (so its cached log-density is -inf) The same value under the same distribution:
+            # still outside the support, or under the same invalid parameters, as the previous
+            # run found (it raised otherwise). The run is impossible, as _score marks it, and
+            # this term does not change (-inf - -inf would make the weight NaN).
+            self.impossible = True
             logpdf = prev_rec.logpdf
         else:
+            valid = dist.check_params() is None or self._validate(dist, address, line, may_be_impossible=True)
             logpdf = self._score(dist, prev_rec.value, address, valid)
             self.weight += logpdf - prev_rec.logpdf
         self.records[address] = ChoiceRecord(dist, prev_rec.value, logpdf)
