@@ -144,7 +144,9 @@ class _Interpreter:
     def __init__(self, run: TransformRun):
         self.run = run
         self.traces = {MODEL: run.model_in, AUX: run.aux_in}
-        self.backend = run.backend
+        backend = self.backend = run.backend
+        # a continuous read's (leaf, tracked value): the float path reuses an unchanged record's
+        self.leaf_at = backend.leaf_at if backend.floats else (lambda key, record: backend.leaf(record))
         self.reads, self.writes, self.copied_to = run.reads, run.writes, run.copied_to
         # every choice of each input trace by address (cached on the trace, which is
         # immutable; _account uses them too)
@@ -225,7 +227,7 @@ class _Interpreter:
                 trace._lend_record(address, record)
             self.reads[key] = _tuple_new(Read, (key[0], address, label, value, None, line, None))
             return value
-        leaf, tracked = self.backend.leaf(record)
+        leaf, tracked = self.leaf_at(key, record)
         self.reads[key] = _tuple_new(Read, (key[0], address, label, record.value, leaf, line, tracked))
         return tracked
 
@@ -307,7 +309,7 @@ def run_transform(f: Transform, model_trace, aux_trace, args=(), autodiff=None) 
     reason = None
     if (autodiff or f.autodiff) == "auto":
         try:
-            return _run_on(FloatBackend(), f, model_trace, aux_trace, names, args)
+            return _run_on(FloatBackend(f.float_leaves), f, model_trace, aux_trace, names, args)
         except NeedsTorch as exc:   # (only this: a user's exception propagates, raised once)
             reason = f"{type(exc).__name__}: {exc}"[:200]
     run = _run_on(AutogradBackend(), f, model_trace, aux_trace, names, args)

@@ -203,6 +203,8 @@ class Transform:
         self.autodiff = autodiff
         self.torch_fallbacks = 0
         self.last_fallback = None
+        # the float path's leaves, kept across runs (see float_backend.FloatBackend)
+        self.float_leaves = {}
 
     def run_on(self, handles, *args):
         model_in, aux_in, model_out, aux_out = handles
