@@ -126,13 +126,15 @@ def _caller_line():
 
 
 # read and write run once per statement of every move: the checks are inlined as type tests
+_getframe = sys._getframe
+
 def read(ref, label):
     """The value at an input address; a tracked value if ``label`` is ``continuous``."""
     if type(ref) is not AddressRef:
         _check_ref(ref, "read")
     if type(label) is not Label:
         label = _as_label(label)
-    frame = sys._getframe(1)
+    frame = _getframe(1)
     return ref.handle.interp.read(ref, label, (frame.f_code, frame.f_lasti))
 
 
@@ -148,7 +150,7 @@ def write(ref, value, label):
         _check_ref(ref, "write")
     if type(label) is not Label:
         label = _as_label(label)
-    frame = sys._getframe(1)
+    frame = _getframe(1)
     return ref.handle.interp.write(ref, value, label, (frame.f_code, frame.f_lasti))
 
 
