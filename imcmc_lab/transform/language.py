@@ -196,7 +196,8 @@ class Transform:
     (:mod:`.dual`) and re-runs it on torch autograd tensors when it uses
     something that path does not model; ``"torch"`` always uses autograd.
     ``torch_fallbacks`` counts those re-runs and ``last_fallback`` says why the
-    last one happened.
+    last one happened. ``float_leaves`` keeps the float path's last reads, one per
+    address, to reuse for an unchanged choice (see ``float_backend.FloatBackend``).
     """
 
     def __init__(self, fn, one_trace=False, name=None, autodiff="auto"):
