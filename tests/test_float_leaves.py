@@ -137,3 +137,20 @@ def test_a_written_vector_is_a_new_float64_tensor_of_its_values():
         other, _ = float_write(DualVector(items), il.continuous)
         other.add_(1.0)
         assert value.tolist() == [x.v for x in items]          # two writes share no memory
+
+
+def test_reshape_and_cat_fast_paths_keep_the_general_rules():
+    """``reshape`` to one dimension and ``torch.cat`` of DualVectors take shortcuts: a shape that
+    is not an int, a length that does not fit and a 0-d part still go to torch."""
+    import pytest
+
+    from imcmc_lab.transform.dual import Dual, DualVector, NeedsTorch
+    a, v = Dual(0.5, {0: 1.0}), DualVector([Dual(1.0, {1: 1.0}), Dual(2.0, {2: 1.0})])
+    assert type(a.reshape(1)) is DualVector and a.reshape(-1).items == [a]
+    assert v.reshape(2).items == v.items and v.reshape(-1).items == v.items
+    for bad in (lambda: a.reshape(1.0), lambda: a.reshape(2), lambda: v.reshape(1), lambda: v.reshape(True),
+                lambda: torch.cat([v, a]), lambda: a.reshape(True)):
+        with pytest.raises(NeedsTorch):
+            bad()
+    joined = torch.cat([v, torch.tensor([3.0], dtype=F64), a.reshape(1)])
+    assert joined.tolist() == [1.0, 2.0, 3.0, 0.5] and joined.items[3] is a
