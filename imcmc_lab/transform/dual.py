@@ -627,6 +627,8 @@ def _shape_arg(shape):
 
 def _reshape(x, shape):
     items = [x] if type(x) is Dual else x._items
+    if len(shape) == 1 and type(shape[0]) is int and (shape[0] == -1 or shape[0] == len(items)):
+        return DualVector(list(items))      # (the common case, as below, without _shape_arg)
     shape = _shape_arg(shape)
     if shape == ():
         if len(items) != 1:
@@ -645,14 +647,25 @@ def _unary(value_fn, slope_fn):
 
     def scalar(x):
         x = _as_dual(lift(x)) if type(x) is not Dual else x
-        fx = _guard(value_fn, x.v)
-        if not x.d:
-            return _dual(fx, _EMPTY)
-        return _dual(fx, _scale(x.d, _guard(slope_fn, x.v, fx)))
+        v, d = x.v, x.d
+        try:                        # (_guard's checks, inline: one of these per sqrt or exp)
+            fx = value_fn(v)
+            if type(fx) is complex:
+                raise NeedsTorch
+            if not d:
+                return _dual(fx, _EMPTY)
+            slope = slope_fn(v, fx)
+        except (ArithmeticError, ValueError):
+            raise NeedsTorch from None
+        if type(slope) is complex:
+            raise NeedsTorch
+        return _dual(fx, _scale(d, slope))
 
     def apply(x, *rest, **kwargs):
         if rest or kwargs:
             raise NeedsTorch
+        if type(x) is Dual:
+            return scalar(x)
         x = lift(x)
         if type(x) is DualVector:
             return DualVector([scalar(e) for e in x._items])
@@ -727,9 +740,10 @@ def _cat(tensors, dim=0, **kwargs):
         raise NeedsTorch
     items = []
     for t in tensors:
-        t = lift(t)
         if type(t) is not DualVector:
-            raise NeedsTorch        # torch.cat of a 0-d tensor is an error; let torch say so
+            t = lift(t)
+            if type(t) is not DualVector:
+                raise NeedsTorch    # torch.cat of a 0-d tensor is an error; let torch say so
         items.extend(t._items)
     return DualVector(items)
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import contextlib
 from itertools import compress, count
-from operator import is_not
+from operator import attrgetter, is_not
 
 import torch
 from numpy import array as _array
+from numpy import fromiter as _fromiter
 
-from ..core.values import as_real, float64_vector
+from ..core.values import as_real
 from ..modeling.runtime import owned
 from .dual import MAX_VECTOR, Dual, DualVector, IdRange, NeedsTorch, _dual, unit_derivatives
 from .language import continuous
@@ -30,6 +31,8 @@ from .language import continuous
 __all__ = ["FloatBackend", "float_write"]
 
 _from_numpy = torch.from_numpy
+_float = float
+_value_of, _tangent_of = attrgetter("v"), attrgetter("d")
 
 
 def float_write(value, label):
@@ -48,7 +51,8 @@ def float_write(value, label):
     if t is Dual:
         return _from_numpy(_array(float(value.v))), [value.d]    # float64, 0-d: faster than scalar_tensor
     if t is DualVector:
-        return float64_vector(value.tolist()), [x.d for x in value.items]
+        items = value.items     # (one float64 vector from the values, in one call)
+        return _from_numpy(_fromiter(map(_value_of, items), _float, len(items))), list(map(_tangent_of, items))
     if isinstance(value, torch.Tensor):
         if value.requires_grad:
             raise NeedsTorch
@@ -64,16 +68,37 @@ _NO_CONTEXT = contextlib.nullcontext()     # reusable: one for every run, not on
 
 
 class FloatBackend:
-    """Derivatives as sparse ``{input coordinate id: derivative}`` dicts on Python floats."""
+    """Derivatives as sparse ``{input coordinate id: derivative}`` dicts on Python floats.
+
+    ``leaves``: ``{(side, address): (record, version, ids, tracked)}``, the transform's
+    own (:attr:`~.language.Transform.float_leaves`), kept across its runs: a read of the
+    same record (an unchanged choice: the same object, its tensor not changed in place
+    since) at the same coordinate ids gets the same Dual or DualVector again instead of
+    a new one (Duals are never changed once made; see :mod:`.dual`)."""
 
     floats = True
-    __slots__ = ("n_coordinates",)
+    __slots__ = ("n_coordinates", "leaves")
 
-    def __init__(self):
+    def __init__(self, leaves=None):
         self.n_coordinates = 0      # ids handed out to input coordinates
+        self.leaves = {} if leaves is None else leaves
 
     def running(self):
         return _NO_CONTEXT
+
+    def leaf_at(self, key, record):
+        """:meth:`leaf` of the read at ``key``, reused where the same record was read there
+        before at the same ids."""
+        value = record.value
+        first = self.n_coordinates
+        seen = self.leaves.get(key)
+        if seen is not None and seen[0] is record and seen[2].start == first and seen[1] == value._version:
+            ids = seen[2]
+            self.n_coordinates = ids.stop
+            return ids, seen[3]
+        ids, tracked = self.leaf(record)
+        self.leaves[key] = (record, value._version, ids, tracked)
+        return ids, tracked
 
     def leaf(self, record):
         """``(coordinate ids, Dual or DualVector)`` for a continuous read; the ids of one
@@ -82,18 +107,20 @@ class FloatBackend:
         first = self.n_coordinates
         if not value.ndim:
             self.n_coordinates = first + 1
-            return range(first, first + 1), _dual(float(value), {first: 1.0})
+            ids = range(first, first + 1)
+            return ids, _dual(float(value), unit_derivatives(ids)[0])
         if value.ndim != 1 or value.numel() > MAX_VECTOR:
             raise NeedsTorch
         values = value.tolist()
-        n_free = len(values) - 1 if record.dist.simplex else len(values)
+        simplex = record.dist.simplex
+        n_free = len(values) - 1 if simplex else len(values)
         ids = range(first, first + n_free)
-        items = list(map(Dual, values, unit_derivatives(ids)))
-        if record.dist.simplex:
+        items = list(map(_dual, values, unit_derivatives(ids)))
+        if simplex:
             # As on autograd: the free weights, and 1 - their sum. Its derivative is
             # -1 for every free weight: one entry for them all (see dual.Dual).
-            items.append(Dual(1.0 - sum(values[:-1]), {IdRange(ids): -1.0} if ids else {}))
-        self.n_coordinates += n_free
+            items.append(_dual(1.0 - sum(values[:-1]), {IdRange(ids): -1.0} if ids else {}))
+        self.n_coordinates = first + n_free
         return ids, DualVector(items)
 
     #: ``written(value, label)``: ``(value, tangents)`` of a write (:func:`float_write`)

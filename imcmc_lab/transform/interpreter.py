@@ -144,7 +144,10 @@ class _Interpreter:
     def __init__(self, run: TransformRun):
         self.run = run
         self.traces = {MODEL: run.model_in, AUX: run.aux_in}
-        self.backend = run.backend
+        backend = self.backend = run.backend
+        self.written = backend.written
+        # a continuous read's (leaf, tracked value): the float path reuses an unchanged record's
+        self.leaf_at = backend.leaf_at if backend.floats else (lambda key, record: backend.leaf(record))
         self.reads, self.writes, self.copied_to = run.reads, run.writes, run.copied_to
         # every choice of each input trace by address (cached on the trace, which is
         # immutable; _account uses them too)
@@ -178,20 +181,21 @@ class _Interpreter:
 
     def read(self, ref: AddressRef, label, line):
         handle = ref.handle
-        trace = self.traces[handle.side] if handle.is_input else None     # _input's hot path
+        side = handle.side
+        trace = self.traces[side] if handle.is_input else None     # _input's hot path
         if trace is None:
             trace = self._input(ref, "read of", line)      # raises, naming the misuse
         address = ref.address
-        key = (handle.side, address)
+        key = (side, address)
         seen = self.reads.get(key)
         if seen is not None:
-            if seen.label is not label:
+            if seen[2] is not label:           # (Read fields by position: label, leaf, tracked)
                 raise LabelError(
                     f"{ref.describe()} is read as {label} ({_where(line)}) but was read as "
                     f"{seen.label} before ({_where(seen.line)})."
                 )
-            return seen.tracked if seen.leaf is not None else seen.value
-        record = self.flats[handle.side].get(address) if address else None
+            return seen[6] if seen[4] is not None else seen[3]
+        record = self.flats[side].get(address) if address else None
         if record is None:
             if ref.address == () or ref.address in trace:
                 # A sub-call's return value or a namespace: discrete information only.
@@ -223,10 +227,10 @@ class _Interpreter:
                 # the trace's own tensor: an in-place change is caught when the trace is
                 # used next (see modeling/trace.py, Loans)
                 trace._lend_record(address, record)
-            self.reads[key] = _tuple_new(Read, (key[0], address, label, value, None, line, None))
+            self.reads[key] = _tuple_new(Read, (side, address, label, value, None, line, None))
             return value
-        leaf, tracked = self.backend.leaf(record)
-        self.reads[key] = _tuple_new(Read, (key[0], address, label, record.value, leaf, line, tracked))
+        leaf, tracked = self.leaf_at(key, record)
+        self.reads[key] = _tuple_new(Read, (side, address, label, record.value, leaf, line, tracked))
         return tracked
 
     def exists(self, ref: AddressRef, line) -> bool:
@@ -255,11 +259,13 @@ class _Interpreter:
 
     def write(self, ref: AddressRef, value, label, line):
         handle, address = ref.handle, ref.address
-        key = (handle.side, address)
-        if handle.is_input or not address or key in self.writes or key in self.copied_to:
+        side = handle.side
+        key = (side, address)
+        writes = self.writes
+        if handle.is_input or not address or key in writes or key in self.copied_to:
             self._output(ref, "write to", line)        # raises, naming the misuse
-        value, tangent = self.backend.written(value, label)
-        self.writes[key] = _tuple_new(Write, (key[0], key[1], label, value, line, tangent))
+        value, tangent = self.written(value, label)
+        writes[key] = _tuple_new(Write, (side, address, label, value, line, tangent))
 
     # -- copy ------------------------------------------------------------
     def copy(self, src: AddressRef, dst: AddressRef, line):
@@ -307,7 +313,7 @@ def run_transform(f: Transform, model_trace, aux_trace, args=(), autodiff=None) 
     reason = None
     if (autodiff or f.autodiff) == "auto":
         try:
-            return _run_on(FloatBackend(), f, model_trace, aux_trace, names, args)
+            return _run_on(FloatBackend(f.float_leaves), f, model_trace, aux_trace, names, args)
         except NeedsTorch as exc:   # (only this: a user's exception propagates, raised once)
             reason = f"{type(exc).__name__}: {exc}"[:200]
     run = _run_on(AutogradBackend(), f, model_trace, aux_trace, names, args)

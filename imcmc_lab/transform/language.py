@@ -77,8 +77,15 @@ class TraceHandle:
     def __getitem__(self, address):
         ref = _new_object(AddressRef)       # (AddressRef(...) without its __init__ call: per statement)
         ref.handle = self
-        if type(address) is str:            # the common case, as normalize_address spells it
+        t = type(address)
+        if t is str:                        # the common cases, as normalize_address spells them
             ref.address = (address,)
+        elif t is tuple:
+            for k in address:
+                if type(k) is not str and type(k) is not int:
+                    ref.address = normalize_address(address)
+                    return ref
+            ref.address = address
         else:
             ref.address = normalize_address(address) if address != () else ()
         return ref
@@ -126,13 +133,15 @@ def _caller_line():
 
 
 # read and write run once per statement of every move: the checks are inlined as type tests
+_getframe = sys._getframe
+
 def read(ref, label):
     """The value at an input address; a tracked value if ``label`` is ``continuous``."""
     if type(ref) is not AddressRef:
         _check_ref(ref, "read")
     if type(label) is not Label:
         label = _as_label(label)
-    frame = sys._getframe(1)
+    frame = _getframe(1)
     return ref.handle.interp.read(ref, label, (frame.f_code, frame.f_lasti))
 
 
@@ -148,7 +157,7 @@ def write(ref, value, label):
         _check_ref(ref, "write")
     if type(label) is not Label:
         label = _as_label(label)
-    frame = sys._getframe(1)
+    frame = _getframe(1)
     return ref.handle.interp.write(ref, value, label, (frame.f_code, frame.f_lasti))
 
 
@@ -187,7 +196,8 @@ class Transform:
     (:mod:`.dual`) and re-runs it on torch autograd tensors when it uses
     something that path does not model; ``"torch"`` always uses autograd.
     ``torch_fallbacks`` counts those re-runs and ``last_fallback`` says why the
-    last one happened.
+    last one happened. ``float_leaves`` keeps the float path's last reads, one per
+    address, to reuse for an unchanged choice (see ``float_backend.FloatBackend``).
     """
 
     def __init__(self, fn, one_trace=False, name=None, autodiff="auto"):
@@ -203,6 +213,8 @@ class Transform:
         self.autodiff = autodiff
         self.torch_fallbacks = 0
         self.last_fallback = None
+        # the float path's leaves, kept across runs (see float_backend.FloatBackend)
+        self.float_leaves = {}
 
     def run_on(self, handles, *args):
         model_in, aux_in, model_out, aux_out = handles
