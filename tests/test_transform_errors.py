@@ -427,3 +427,56 @@ def test_dimension_mismatch_counts_vector_coordinates():
     assert "maps 2 continuous input coordinate(s) to 1" in msg
     assert "Inputs read: model_in['w'][0], model_in['w'][1]." in msg
     assert "Outputs written: model_out['w'][0]." in msg
+
+
+# ---------------------------------------------------------------------------
+# a kept value whose distribution changes kind
+# ---------------------------------------------------------------------------
+def _kind_switching_model(n_extra):
+    """``z`` is a count when ``k`` and a real number otherwise; ``n_extra`` untouched
+    choices (above 40 addresses _account visits only the touched ones)."""
+    @il.gen
+    def kind_switch():
+        k = il.bernoulli(0.5) @ "k"
+        if k:
+            il.poisson(3.0) @ "z"
+        else:
+            il.normal(0.0, 1.0) @ "z"
+        for i in range(n_extra):
+            il.normal(0.0, 1.0) @ ("e", i)
+    return kind_switch
+
+
+@il.transform
+def flip_k_only(model_in, aux_in, model_out, aux_out):
+    write(model_out["k"], not read(model_in["k"], discrete), discrete)
+
+
+@pytest.mark.parametrize("n_extra", [0, 45])
+@pytest.mark.parametrize("k, z, old, new", [(False, 2.0, "continuous", "discrete"),
+                                            (True, 2, "discrete", "continuous")])
+def test_a_kept_value_whose_distribution_changes_kind_must_be_written(n_extra, k, z, old, new):
+    """Kept, one value would count once under a density and once as a probability mass:
+    before, the continuous -> discrete case was accepted silently above 40 addresses and
+    the discrete -> continuous case crashed with an AttributeError."""
+    trace, _ = _kind_switching_model(n_extra).generate((), {"k": k, "z": z})
+    with pytest.raises(il.errors.TransformError) as info:
+        il.involutive_mcmc(trace, None, (), flip_k_only)
+    message = str(info.value)
+    assert f"model address 'z' is {old}" in message and f"and {new}" in message
+    assert "neither writes nor copies model_out['z']" in message and "flip_k_only" in message
+
+
+def test_update_scores_a_kept_value_as_the_new_kind():
+    """trace.update keeps the value (Gen's semantics) and scores it as a value of the new kind."""
+    model = _kind_switching_model(0)
+    count, _ = model.generate((), {"k": True, "z": 2})
+    real, weight, _ = count.update({"k": False})
+    assert isinstance(real["z"], torch.Tensor) and real["z"].dtype == torch.float64 and float(real["z"]) == 2.0
+    normal = torch.distributions.Normal(0.0, 1.0).log_prob(torch.tensor(2.0, dtype=torch.float64))
+    poisson = torch.distributions.Poisson(3.0).log_prob(torch.tensor(2.0, dtype=torch.float64))
+    assert weight == pytest.approx(float(normal - poisson), rel=1e-12)    # bernoulli(0.5) terms cancel
+    back, weight_back, _ = real.update({"k": True})
+    assert back["z"] == 2 and weight_back == pytest.approx(-weight, rel=1e-12)
+    off, _ = model.generate((), {"k": False, "z": 2.5})
+    assert off.update({"k": True})[1] == float("-inf")      # 2.5 is no count

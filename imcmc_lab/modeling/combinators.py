@@ -107,6 +107,7 @@ class _ElementRun:
         self.discard = {}
         self.fresh = []
         self.n_used = 0
+        self.kind_changed = None    # (see Result.kind_changed)
         self.kept_prefix = 0      # leading elements kept wholesale from the previous trace
 
     def element(self, i, kernel, args, prev_sub):
@@ -119,6 +120,8 @@ class _ElementRun:
                 self.discard[(i,) + sub] = value
         if result.fresh:
             self.fresh.extend((i,) + sub for sub in result.fresh)
+        if result.kind_changed:
+            self.kind_changed = (self.kind_changed or []) + [(i,) + sub for sub in result.kind_changed]
         if prev_sub is None:
             self.delta_score += result.trace.score  # a new element (the sequence grew)
         elif result.trace is not prev_sub:
@@ -158,7 +161,9 @@ class _ElementRun:
         retval = list(self.request.prev.retval[:kept]) if kept else []
         retval.extend(t.retval for t in self.subtraces[kept:])
         trace = trace_class(gen_fn, args, retval, self.score(prev), self.subtraces)
-        return Result(trace, self.weight, self.discard, self.fresh, self.n_used)
+        result = Result(trace, self.weight, self.discard, self.fresh, self.n_used)
+        result.kind_changed = self.kind_changed
+        return result
 
 
 class Map(GenerativeFunction):

@@ -43,18 +43,21 @@ class Result:
     resimulation MH weight); ``discard``: ``{address: old value}`` of the choices that were
     overwritten or that the new run no longer visits; ``fresh``: the addresses sampled from
     their prior (neither constrained nor kept); ``unvisited``: constraint addresses the
-    program never visited (only with ``strict=False``; otherwise that is an error).
+    program never visited (only with ``strict=False``; otherwise that is an error);
+    ``kind_changed``: the addresses that kept their value under a distribution of the
+    other kind (discrete then continuous, or the reverse), or None.
 
     The discarded values are the previous trace's own tensors: the Result of a public
     ``update_detailed`` notes them as handed out when ``discard`` is first read (see
     ``trace.Loans``), so changing one in place is a TraceChangedError when that trace is used next.
     """
 
-    __slots__ = ("trace", "weight", "_discard", "fresh", "n_used", "unvisited", "lender")
+    __slots__ = ("trace", "weight", "_discard", "fresh", "n_used", "unvisited", "lender", "kind_changed")
 
     def __init__(self, trace, weight, discard, fresh, n_used):
         self.trace, self.weight, self._discard, self.fresh, self.n_used = trace, weight, discard, fresh, n_used
         self.unvisited = ()
+        self.kind_changed = None
         self.lender = None          # the previous trace, until ``discard`` was handed out
 
     @property

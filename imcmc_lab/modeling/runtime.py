@@ -58,7 +58,9 @@ def run_dynamic(gen_fn, request):
     tracer.finish()
     score = sum(map(_LOGPDF, tracer.records.values()), 0.0)     # in order, as a loop would
     trace = DynamicTrace(gen_fn, request.args, retval, score, tracer.records, tracer.families, tracer.compact)
-    return Result(trace, tracer.weight, tracer.discard, tracer.fresh, tracer.n_used)
+    result = Result(trace, tracer.weight, tracer.discard, tracer.fresh, tracer.n_used)
+    result.kind_changed = tracer.kind_changed
+    return result
 
 
 def _argument_changed(gen_fn, position):

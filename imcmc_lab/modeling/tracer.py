@@ -142,7 +142,8 @@ class Tracer:
 
     __slots__ = ("gen_fn", "request", "prev", "constraints", "selection", "records", "lines",
                  "family_lines", "namespaces", "weight", "discard", "fresh", "n_used", "_groups",
-                 "impossible", "grad_terms", "n_kept", "families", "handed", "compact", "expanded")
+                 "impossible", "grad_terms", "n_kept", "families", "handed", "compact", "expanded",
+                 "kind_changed")
 
     #: whether the mode starts from a previous trace (update, regenerate)
     incremental = False
@@ -177,6 +178,8 @@ class Tracer:
         self.handed = []
         self.compact = None     # (namespace,) -> [FamilyRecord]: compact families (records hold their slots)
         self.expanded = False   # an element of prev's compact family was taken alone: finish checks all
+        # kept values now under a distribution of the other kind (see Result.kind_changed)
+        self.kind_changed = None
 
     # -- the mode's rules for a child (sub-call or combinator element) ----------
     @classmethod
@@ -323,8 +326,15 @@ class Tracer:
                 self.discard[address + sub] = value
         if result.fresh:
             self.fresh.extend(address + sub for sub in result.fresh)
+        if result.kind_changed:
+            self._kind_changed(address + sub for sub in result.kind_changed)
         self.records[address] = CallRecord(result.trace)
         return result.trace.retval
+
+    def _kind_changed(self, addresses):
+        if self.kind_changed is None:
+            self.kind_changed = []
+        self.kind_changed.extend(addresses)
 
     # -- [dist @ (namespace, key) for key in keys] (see families.py) --------
     def choice_family(self, namespace, keys, dist, line, values=True):
@@ -456,9 +466,20 @@ class Incremental(Tracer):
             self.impossible = True
             logpdf = prev_rec.logpdf
         else:
+            value = prev_rec.value
+            if dist.discrete != prev_rec.dist.discrete:
+                # kept under a distribution of the other kind: scored as a value of that kind
+                # (whether keeping it is allowed is the caller's: a transform must write it)
+                self._kind_changed((address,))
+                try:
+                    value = dist.coerce(value)
+                except (ValueError, TypeError):
+                    pass        # it does not fit: its density is what _score finds
             valid = dist.check_params() is None or self._validate(dist, address, line, may_be_impossible=True)
-            logpdf = self._score(dist, prev_rec.value, address, valid)
+            logpdf = self._score(dist, value, address, valid)
             self.weight += logpdf - prev_rec.logpdf
+            self.records[address] = ChoiceRecord(dist, value, logpdf)
+            return value
         self.records[address] = ChoiceRecord(dist, prev_rec.value, logpdf)
         return prev_rec.value
 

@@ -126,7 +126,29 @@ def _model_update(run: TransformRun, model_trace):
             f"acceptance probability wrong. Write or copy a value for "
             f"{'it' if len(result.fresh) == 1 else 'each'} in the transform."
         )
+    if result.kind_changed:
+        _check_kind_changes(run, model_trace, result)
     return result
+
+
+def _check_kind_changes(run, model_trace, result):
+    """A model address whose distribution changed kind (discrete <-> continuous) in the new
+    trace must get its value from the transform: kept as it was, one value would count
+    once as a point of a density and once as a probability mass."""
+    for address in result.kind_changed:
+        key = (MODEL, address)
+        if key in run.writes or key in run.copied_to:
+            continue        # its label is checked against the new distribution
+        old = model_trace.flat_records()[address].dist
+        new = result.trace.flat_records()[address].dist
+        kinds = ("discrete" if old.discrete else "continuous", "discrete" if new.discrete else "continuous")
+        raise TransformError(
+            f"model address {format_address(address)} is {kinds[0]} ({old!r}) in the old model "
+            f"trace and {kinds[1]} ({new!r}) in the new one, but the transform "
+            f"{run.transform.name} neither writes nor copies model_out[{format_address(address)}]: "
+            f"its old value would be kept as a {kinds[1]} value, which makes the acceptance "
+            f"probability wrong. Read it and write its new value (il.{kinds[1]}) in the transform."
+        )
 
 
 def _unvisited_model_write(run, model_trace, constraints):
