@@ -24,7 +24,7 @@ from ..core.effects import pop_handler, push_handler
 from ..errors import AddressError, ConstraintError, TraceChangedError
 from .execution import Execution, Result, counters
 from .trace import DynamicTrace
-from .tracer import Assess, AssessFailure, Generate, Regenerate, Simulate, Update
+from .tracer import Assess, AssessFailure, Generate, Regenerate, Simulate, Update, check_handed
 
 __all__ = ["run_dynamic", "simulate", "generate", "assess", "update", "regenerate",
            "differentiable_score", "owned", "OwnedChoices"]
@@ -54,7 +54,7 @@ def run_dynamic(gen_fn, request):
             if arg._version != version:
                 _argument_changed(gen_fn, position)
     if tracer.handed:
-        retval = tracer.check_handed(retval)
+        retval = check_handed(tracer, retval)
     tracer.finish()
     score = sum(map(_LOGPDF, tracer.records.values()), 0.0)     # in order, as a loop would
     trace = DynamicTrace(gen_fn, request.args, retval, score, tracer.records, tracer.families, tracer.compact)

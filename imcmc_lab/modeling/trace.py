@@ -19,7 +19,7 @@ share the memory but bump no counter) is caught too; the price is one ``item()``
 0-d value and one ``torch.equal`` per lent vector each time a trace of the lineage is used,
 and a copy of each lent vector. A program body that changes in place a value it drew, a
 family's value or a sub-call's return value is refused at the end of the body
-(:meth:`~.tracer.Tracer.check_handed`), and so is a body that changes one of its tensor
+(:func:`~.tracer.check_handed`), and so is a body that changes one of its tensor
 arguments in place (``runtime.run_dynamic``). Not covered: a sub-trace's own ``args``
 (``trace.subtraces[i].args``, checked only when that sub-trace is used), a body changing a
 NumPy argument or a tensor inside a list argument in place, return values nested more than

@@ -34,7 +34,7 @@ from .execution import Execution, Result, counters
 from .family_update import BULK_FAMILY, family_addresses, remember_family, update_family
 from .trace import CallRecord, ChoiceRecord, FamilyRecord, family_element
 
-__all__ = ["Tracer", "Simulate", "Generate", "Assess", "Update", "Regenerate", "AssessFailure"]
+__all__ = ["Tracer", "Simulate", "Generate", "Assess", "Update", "Regenerate", "AssessFailure", "check_handed"]
 
 _NEG_INF = float("-inf")
 _VERSION = operator.attrgetter("_version")
@@ -137,6 +137,29 @@ def _claim_error(tracer, address, line, what):
         )
 
 
+def check_handed(tracer, retval):
+    """Raise if the body changed in place a value the trace keeps (drawn, or returned by a
+    sub-call): the trace would hold the changed value with the density of the drawn one.
+    Stops watching the lists handed to the body (see :mod:`imcmc_lab.core.effects`);
+    ``retval``, or the plain list of which the body returns a watched copy."""
+    changed = None
+    for value, version in tracer.handed:
+        kind = type(version)
+        if kind is int:
+            if value._version != version and changed is None:
+                changed = value
+        elif kind is tuple:         # the tensors of a list handed whole, and their versions
+            if changed is None and tuple(map(_VERSION, value)) != version:
+                changed = next(v for v, n in zip(value, version) if v._version != n)
+        else:
+            value.watch(None)
+            if version is not None and retval is value:
+                retval = version
+    if changed is not None:
+        _handed_changed(tracer, changed)
+    return retval
+
+
 class Tracer:
     """What every mode shares: address bookkeeping, scoring, sub-calls."""
 
@@ -189,28 +212,6 @@ class Tracer:
 
     def finish(self):
         """End of the run (incremental modes remove what the run no longer visits)."""
-
-    def check_handed(self, retval):
-        """Raise if the body changed in place a value the trace keeps (drawn, or returned by a
-        sub-call): the trace would hold the changed value with the density of the drawn one.
-        Stops watching the lists handed to the body (see :mod:`imcmc_lab.core.effects`);
-        ``retval``, or the plain list of which the body returns a watched copy."""
-        changed = None
-        for value, version in self.handed:
-            kind = type(version)
-            if kind is int:
-                if value._version != version and changed is None:
-                    changed = value
-            elif kind is tuple:         # the tensors of a list handed whole, and their versions
-                if changed is None and tuple(map(_VERSION, value)) != version:
-                    changed = next(v for v, n in zip(value, version) if v._version != n)
-            else:
-                value.watch(None)
-                if version is not None and retval is value:
-                    retval = version
-        if changed is not None:
-            _handed_changed(self, changed)
-        return retval
 
     # -- address bookkeeping ---------------------------------------------
     def _claim(self, address, line, what):
