@@ -1,7 +1,7 @@
 """The lean paths of simulate and generate give what the general handler path gives.
 
-``Simulate.choice`` and ``Generate.choice`` claim a new one-key address inline (every
-other address, and every refusal, goes through ``Tracer._claim``); ``visit_choice``
+A prior draw of a built-in beta, bernoulli or uniform_discrete is drawn and scored in one
+pass (``Tracer._sampled`` through ``_sample_logpdf``); ``visit_choice``
 normalises a string address inline; ``DynamicTrace.__getitem__`` answers a one-key choice
 holding no tensor without resolving the path. Here each runs beside a handler that takes
 the general path for every choice: the same traces (addresses, values, log-densities,
@@ -21,13 +21,21 @@ from imcmc_lab.modeling.tracer import Generate, Simulate
 F64 = torch.float64
 
 
+def _drawn_then_scored(tracer, dist, address, line):
+    """A prior draw as before the one-pass path: check, sample(), then _score."""
+    if dist.check_params() is not None:
+        tracer._validate(dist, address, line, may_be_impossible=False)     # raises
+    value = dist.sample()
+    return value, tracer._score(dist, value, address, True)
+
+
 class GeneralSimulate(Simulate):
-    """Simulate as it was before the lean path: _claim, _sampled and _score for every choice."""
+    """Simulate as it was before the lean path: _claim, sample() and _score for every choice."""
     __slots__ = ()
 
     def choice(self, address, dist, line):
         self._claim(address, line, "random choice")
-        value, logpdf = self._sampled(dist, address, line)
+        value, logpdf = _drawn_then_scored(self, dist, address, line)
         self.records[address] = il.modeling.trace.ChoiceRecord(dist, value, logpdf)
         return value
 
@@ -41,7 +49,8 @@ class GeneralGenerate(Generate):
             value, logpdf = self._constrained(dist, address, line)
             self.weight += logpdf
         else:
-            value, logpdf = self._unconstrained(dist, address, line)
+            self.fresh.append(address)
+            value, logpdf = _drawn_then_scored(self, dist, address, line)
         self.records[address] = il.modeling.trace.ChoiceRecord(dist, value, logpdf)
         return value
 

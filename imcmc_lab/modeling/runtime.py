@@ -118,8 +118,8 @@ def _as_args(args):
 
 def _owned_constraints(constraints):
     if type(constraints) is OwnedChoices:     # engine-built: normalised addresses, owned values
-        if not constraints or max(map(len, constraints)) == 1:
-            return constraints      # one-key addresses only: none can be another's namespace
+        if not constraints or _short_and_apart(constraints):
+            return constraints
         return ChoiceMap._from_flat(constraints, check=True)._leaves
     flat = as_choicemap(constraints)._leaves      # addresses normalised and checked in any case
     if not flat:
@@ -130,18 +130,15 @@ def _owned_constraints(constraints):
 _HEAD = operator.itemgetter(slice(0, 1))
 
 
-def _engine_constraints(constraints):
-    """The flat dict of :class:`OwnedChoices` (an update's usual constraints: a transform's
-    outputs), checked as :func:`_owned_constraints` checks them (a leaf that is also a
-    namespace is an error) at C speed where every address has one or two keys: a conflict
-    is then a one-key leaf that heads a two-key address, i.e. more addresses whose head
-    is a leaf than one-key leaves. Anything else goes through :func:`_owned_constraints`."""
-    if type(constraints) is OwnedChoices and len(constraints) > 1:
-        lengths = list(map(len, constraints))
-        if max(lengths) <= 2 and min(lengths) and \
-                sum(map(constraints.__contains__, map(_HEAD, constraints))) == lengths.count(1):
-            return constraints
-    return _owned_constraints(constraints)
+def _short_and_apart(flat):
+    """Whether the addresses of ``flat`` (a non-empty dict) all have one or two keys and none
+    is a leaf that is also a namespace (the check ``ChoiceMap._from_flat`` makes), at C
+    speed: a conflict is then a one-key leaf that heads a two-key address, i.e. more
+    addresses whose head is a leaf than one-key leaves. (An update's usual constraints, a
+    transform's outputs, are such.)"""
+    lengths = list(map(len, flat))
+    return max(lengths) <= 2 and min(lengths) > 0 and \
+        sum(map(flat.__contains__, map(_HEAD, flat))) == lengths.count(1)
 
 
 def _account(gen_fn, result, flat, what, strict):
@@ -191,7 +188,7 @@ def assess(gen_fn, args, choices):
 
 def update(trace, constraints, args=None, strict=True):
     """The full :class:`~.execution.Result` of ``trace.update``."""
-    flat = _engine_constraints(constraints)
+    flat = _owned_constraints(constraints)
     args = trace._args if args is None else owned(_as_args(args))
     result = trace.gen_fn._execute(Execution(Update, args, trace, flat or None))
     return _account(trace.gen_fn, result, flat, "update", strict)

@@ -287,7 +287,16 @@ class Tracer:
         """``(value, logpdf)`` of a choice drawn from its prior."""
         if dist.check_params() is not None:
             self._validate(dist, address, line, may_be_impossible=False)     # raises
-        value = dist.sample()
+        fused = dist._sample_logpdf
+        if fused is None or self.grad_terms is not None:
+            value = dist.sample()
+        else:
+            # a built-in class draws and scores in one pass (the same value and log-density);
+            # no density there, or -inf or NaN: _score says what it says of any value
+            value, logpdf = fused()
+            if logpdf is not None and logpdf > _NEG_INF:
+                counters.logpdf_evaluations += 1
+                return value, logpdf
         return value, self._score(dist, value, address, True)
 
     def _fresh(self, dist, address, line):
@@ -354,29 +363,9 @@ class Simulate(Tracer):
     __slots__ = ()
 
     def choice(self, address, dist, line):
-        # _claim's common case, inlined: a new one-key address (not a namespace, no families);
-        # anything else, and every refusal, goes through _claim
-        records = self.records
-        if len(address) == 1 and address not in records and self.compact is None and (
-                not self.namespaces or address not in self.namespaces):
-            self.lines[address] = line
-        else:
-            self._claim(address, line, "random choice")
-        if dist.check_params() is not None:             # _sampled, inlined
-            self._validate(dist, address, line, may_be_impossible=False)     # raises
-        fused = dist._sample_logpdf
-        if fused is None or self.grad_terms is not None:
-            value = dist.sample()
-            logpdf = self._score(dist, value, address, True)
-        else:
-            # a built-in class draws and scores in one pass (the same value and log-density);
-            # no density there, or -inf or NaN: _score says what it says of any value
-            value, logpdf = fused()
-            if logpdf is not None and logpdf > _NEG_INF:
-                counters.logpdf_evaluations += 1
-            else:
-                logpdf = self._score(dist, value, address, True)
-        records[address] = ChoiceRecord(dist, value, logpdf)
+        self._claim(address, line, "random choice")
+        value, logpdf = self._sampled(dist, address, line)
+        self.records[address] = ChoiceRecord(dist, value, logpdf)
         return value
 
 
@@ -384,19 +373,14 @@ class Generate(Tracer):
     __slots__ = ()
 
     def choice(self, address, dist, line):
-        records = self.records
-        if len(address) == 1 and address not in records and self.compact is None and (
-                not self.namespaces or address not in self.namespaces):        # as in Simulate.choice
-            self.lines[address] = line
-        else:
-            self._claim(address, line, "random choice")
+        self._claim(address, line, "random choice")
         constraints = self.constraints
         if constraints is not None and address in constraints:
             value, logpdf = self._constrained(dist, address, line)
             self.weight += logpdf
         else:
             value, logpdf = self._unconstrained(dist, address, line)
-        records[address] = ChoiceRecord(dist, value, logpdf)
+        self.records[address] = ChoiceRecord(dist, value, logpdf)
         return value
 
     _unconstrained = Tracer._fresh

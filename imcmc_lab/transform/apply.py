@@ -13,8 +13,6 @@ import math
 from itertools import chain
 from operator import attrgetter, itemgetter
 
-import torch
-
 from ..core.address import did_you_mean, format_address
 from ..core.choicemap import ChoiceMap
 from ..errors import ConstraintError, DimensionError, LabelError, TransformError
@@ -29,8 +27,6 @@ _RESTRICT_ABOVE = 40
 
 _IN = {MODEL: "model_in", AUX: "aux_in"}
 _OUT = {MODEL: "model_out", AUX: "aux_out"}
-# A scalar's CoordinateGroup is made in the match loops as group_of would make it (no call).
-_tuple_new, _Tensor = tuple.__new__, torch.Tensor
 
 
 class EmptyAuxTrace:
@@ -267,9 +263,7 @@ def _match_inputs(run, sides, consumed, xn_flat):
             key = (side, address)
             read = reads.get(key)
             if read is not None and read[4] is not None:        # (read[4]: read.leaf)
-                value = rec.value       # (group_of(trace, address, dist, value), its scalar case inline)
-                entry = (_tuple_new(CoordinateGroup, (trace, address, 1, False)) if type(value) is _Tensor
-                         and not value.ndim else group_of(trace, address, dist, value), read[4])
+                entry = (group_of(trace, address, dist, rec.value), read[4])
                 read_inputs.append(entry)
                 if key not in consumed:
                     remaining_inputs.append(entry)
@@ -377,9 +371,7 @@ def _match_outputs(run, sides):
             key = (side, address)
             write = writes.get(key)
             if write is not None:
-                value = rec.value       # (group_of(out, address, dist, value), its scalar case inline)
-                group = (_tuple_new(CoordinateGroup, (out, address, 1, False)) if type(value) is _Tensor
-                         and not value.ndim else group_of(out, address, dist, value))
+                group = group_of(out, address, dist, rec.value)
                 written_outputs.append((group, derivative_source(write, dist)))
                 continue
             copy = copied_to.get(key) if copied_to else None

@@ -29,6 +29,10 @@ class AutogradBackend:
     def running():
         return torch.enable_grad()
 
+    def leaf_at(self, key, record):
+        """:meth:`leaf` (the float path reuses unchanged leaves; autograd makes new ones)."""
+        return self.leaf(record)
+
     @staticmethod
     def leaf(record):
         """``(autograd leaf, value the transform sees)``: for a simplex-valued choice the

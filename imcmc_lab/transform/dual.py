@@ -647,19 +647,10 @@ def _unary(value_fn, slope_fn):
 
     def scalar(x):
         x = _as_dual(lift(x)) if type(x) is not Dual else x
-        v, d = x.v, x.d
-        try:                        # (_guard's checks, inline: one of these per sqrt or exp)
-            fx = value_fn(v)
-            if type(fx) is complex:
-                raise NeedsTorch
-            if not d:
-                return _dual(fx, _EMPTY)
-            slope = slope_fn(v, fx)
-        except (ArithmeticError, ValueError):
-            raise NeedsTorch from None
-        if type(slope) is complex:
-            raise NeedsTorch
-        return _dual(fx, _scale(d, slope))
+        fx = _guard(value_fn, x.v)
+        if not x.d:
+            return _dual(fx, _EMPTY)
+        return _dual(fx, _scale(x.d, _guard(slope_fn, x.v, fx)))
 
     def apply(x, *rest, **kwargs):
         if rest or kwargs:

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import contextlib
 from itertools import compress, count
-from operator import attrgetter, is_not
+from operator import is_not
 
 import torch
 from numpy import array as _array
-from numpy import fromiter as _fromiter
 
-from ..core.values import as_real
+from ..core.values import as_real, float64_vector
 from ..modeling.runtime import owned
 from .dual import MAX_VECTOR, Dual, DualVector, IdRange, NeedsTorch, _dual, unit_derivatives
 from .language import continuous
@@ -31,8 +30,6 @@ from .language import continuous
 __all__ = ["FloatBackend", "float_write"]
 
 _from_numpy = torch.from_numpy
-_float = float
-_value_of, _tangent_of = attrgetter("v"), attrgetter("d")
 
 
 def float_write(value, label):
@@ -51,8 +48,7 @@ def float_write(value, label):
     if t is Dual:
         return _from_numpy(_array(float(value.v))), [value.d]    # float64, 0-d: faster than scalar_tensor
     if t is DualVector:
-        items = value.items     # (one float64 vector from the values, in one call)
-        return _from_numpy(_fromiter(map(_value_of, items), _float, len(items))), list(map(_tangent_of, items))
+        return float64_vector(value.tolist()), [x.d for x in value.items]
     if isinstance(value, torch.Tensor):
         if value.requires_grad:
             raise NeedsTorch

@@ -146,8 +146,7 @@ class _Interpreter:
         self.traces = {MODEL: run.model_in, AUX: run.aux_in}
         backend = self.backend = run.backend
         self.written = backend.written
-        # a continuous read's (leaf, tracked value): the float path reuses an unchanged record's
-        self.leaf_at = backend.leaf_at if backend.floats else (lambda key, record: backend.leaf(record))
+        self.leaf_at = backend.leaf_at     # a continuous read's (leaf, tracked value)
         self.reads, self.writes, self.copied_to = run.reads, run.writes, run.copied_to
         # every choice of each input trace by address (cached on the trace, which is
         # immutable; _account uses them too)

@@ -77,15 +77,8 @@ class TraceHandle:
     def __getitem__(self, address):
         ref = _new_object(AddressRef)       # (AddressRef(...) without its __init__ call: per statement)
         ref.handle = self
-        t = type(address)
-        if t is str:                        # the common cases, as normalize_address spells them
+        if type(address) is str:            # the common case, as normalize_address spells it
             ref.address = (address,)
-        elif t is tuple:
-            for k in address:
-                if type(k) is not str and type(k) is not int:
-                    ref.address = normalize_address(address)
-                    return ref
-            ref.address = address
         else:
             ref.address = normalize_address(address) if address != () else ()
         return ref

@@ -30,20 +30,19 @@ _PAIRS = {}         # (a, b) -> float64 tensor [a, b] (never changed in place)
 
 
 def _kept(name, dtype):
-    with torch.inference_mode(False):
-        buffer = torch.empty((), dtype=dtype, device="cpu")
-    setattr(_local, name, buffer)
+    """This thread's kept 0-d tensor ``name``, made on first use."""
+    buffer = getattr(_local, name, None)
+    if buffer is None:
+        with torch.inference_mode(False):
+            buffer = torch.empty((), dtype=dtype, device="cpu")
+        setattr(_local, name, buffer)
     return buffer
 
 
 def uniform01() -> float:
     """``torch.rand((), dtype=float64).item()``."""
     try:
-        buffer = _local.uniform
-    except AttributeError:
-        buffer = _kept("uniform", DTYPE)
-    try:
-        return buffer.uniform_().item()
+        return _kept("uniform", DTYPE).uniform_().item()
     except RuntimeError:
         return torch.rand((), dtype=DTYPE).item()
 
@@ -51,11 +50,7 @@ def uniform01() -> float:
 def standard_normal() -> float:
     """``torch.randn((), dtype=float64).item()``."""
     try:
-        buffer = _local.normal
-    except AttributeError:
-        buffer = _kept("normal", DTYPE)
-    try:
-        return buffer.normal_().item()
+        return _kept("normal", DTYPE).normal_().item()
     except RuntimeError:
         return torch.randn((), dtype=DTYPE).item()
 
@@ -63,11 +58,7 @@ def standard_normal() -> float:
 def randint(lo: int, hi: int) -> int:
     """``torch.randint(lo, hi, ()).item()`` for Python ints ``lo`` and ``hi`` (``hi`` excluded)."""
     try:
-        buffer = _local.integer
-    except AttributeError:
-        buffer = _kept("integer", torch.int64)
-    try:
-        return buffer.random_(lo, hi).item()
+        return _kept("integer", torch.int64).random_(lo, hi).item()
     except RuntimeError:
         return torch.randint(lo, hi, ()).item()
 

@@ -50,8 +50,7 @@ class Normal(Distribution):
         return (value - self.mean) / self.std
 
     def sample(self):
-        raw = self.raw_args         # two Python floats are their own scalar_params
-        params = raw if type(raw[0]) is float and type(raw[1]) is float else scalar_params(raw, self.mean, self.std)
+        params = scalar_params(self.raw_args, self.mean, self.std)
         if params is not None:          # the same two roundings as in torch
             return scalar(params[0] + params[1] * standard_normal())
         return self.mean + self.std * torch.randn((), dtype=DTYPE)
@@ -195,8 +194,7 @@ class Beta(Distribution):
         raise NoReferenceMap("beta has an N(0, 1) reference map only when a == 1 or b == 1")
 
     def sample(self):
-        raw = self.raw_args         # two Python floats are their own scalar_params
-        params = raw if type(raw[0]) is float and type(raw[1]) is float else scalar_params(raw, self.a, self.b)
+        params = scalar_params(self.raw_args, self.a, self.b)
         if params is not None and params[0] >= 1 and params[1] >= 1:
             return scalar(_beta_draw(params))
         # Shapes below 1 put much of their mass closer to 0 or 1 than float64 resolves (and
@@ -205,10 +203,10 @@ class Beta(Distribution):
         return torch.sigmoid(log_x - log_y).clamp(TINY, BELOW_ONE)
 
     def _sample_logpdf(self):
-        raw = self.raw_args
-        if type(self) is Beta and type(raw[0]) is float and type(raw[1]) is float and raw[0] >= 1 and raw[1] >= 1:
-            v = _beta_draw(raw)         # what sample() draws, and its _fast_logpdf
-            return scalar(v), _beta_logpdf(raw, v)
+        params = scalar_params(self.raw_args, self.a, self.b) if type(self) is Beta else None
+        if params is not None and params[0] >= 1 and params[1] >= 1:
+            v = _beta_draw(params)      # what sample() draws, and its _fast_logpdf
+            return scalar(v), _beta_logpdf(params, v)
         return self.sample(), None
 
     def _fast_logpdf(self, x):

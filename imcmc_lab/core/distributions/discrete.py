@@ -49,21 +49,18 @@ class Bernoulli(DiscreteReference, Distribution):
         return bool(DiscreteReference.from_reference(self, z))
 
     def sample(self):
-        p = self.raw_args[0]        # a Python float is its own scalar_params
-        if type(p) is not float:
-            params = scalar_params(self.raw_args, self.p)
-            p = self.p.item() if params is None else params[0]
-        return uniform01() < p
+        params = scalar_params(self.raw_args, self.p)
+        return uniform01() < (self.p.item() if params is None else params[0])
 
     def sample_n(self, n):
         return (torch.rand((n,), dtype=DTYPE) < self.p).to(torch.int64)
 
     def _sample_logpdf(self):
-        p = self.raw_args[0]
-        if type(self) is not Bernoulli or type(p) is not float:
+        params = scalar_params(self.raw_args, self.p) if type(self) is Bernoulli else None
+        if params is None:
             return self.sample(), None
-        value = uniform01() < p         # what sample() draws, and its _fast_logpdf
-        return value, _bernoulli_logpdf(p, value)
+        value = uniform01() < params[0]     # what sample() draws, and its _fast_logpdf
+        return value, _bernoulli_logpdf(params[0], value)
 
     def _fast_logpdf(self, x):
         params = scalar_params(self.raw_args, self.p) if type(x) is bool else None
