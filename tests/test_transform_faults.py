@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 
 import pytest
 import torch
@@ -124,6 +125,57 @@ def test_lost_derivative_raises_in_the_move_and_a_checked_move_records_why(how):
     assert not record.accepted
     assert "model_out['x']" in record.check_failure and "jacobian" in record.check_failure.lower()
     assert record.application.jacobian.problem is not None
+
+
+# A derivative lost on one path of two: the Jacobian stays invertible, only wrong
+# ((mu, u) -> (2 mu + 3 u, -mu - 2 u) is an involution with |det J| = 1; with d/dmu lost
+# in the first write |det J| is 3), so every acceptance probability is wrong and nothing
+# but finite differences can see it.
+@il.gen
+def one_mean():
+    il.normal(0.0, 3.0) @ "mu"
+
+
+@il.gen
+def split_step(trace):
+    il.normal(0.0, 1.0) @ "u"
+
+
+def _shift(how):
+    @il.transform(name=f"shift_{how}")
+    def shift(model_in, aux_in, model_out, aux_out):
+        mu, u = read(model_in["mu"], continuous), read(aux_in["u"], continuous)
+        lost = {"float": lambda: float(mu), "detach": lambda: mu.detach(),
+                "item": lambda: mu.item(), "math.sqrt": lambda: math.copysign(math.sqrt(mu * mu), mu)}[how]()
+        write(model_out["mu"], 2 * lost + 3 * u, continuous)
+        write(aux_out["u"], -mu - 2 * u, continuous)
+
+    return shift
+
+
+@pytest.mark.parametrize("how", ["float", "detach", "item", "math.sqrt"])
+@pytest.mark.parametrize("autodiff", ["auto", "torch"])
+def test_partly_lost_derivative_fails_check_involution(how, autodiff):
+    """Failed before the finite-difference check: check_involution passed (the values are
+    right and J is invertible) and the chain sampled the wrong distribution."""
+    f = _shift(how)
+    f.autodiff = autodiff
+    with warnings.catch_warnings(), pytest.raises(InvolutionCheckError) as info:
+        warnings.simplefilter("ignore")     # (torch warns of float() on a tracked tensor)
+        il.check_involution(one_mean, (), split_step, f, trials=3, seed=1)
+    message = str(info.value)
+    assert "d model_out['mu'] / d model_in['mu']" in message, message
+    assert "finite differences" in message and "line" in message and "torch functions" in message
+
+
+def test_the_same_transform_without_the_loss_passes():
+    @il.transform
+    def shift_ok(model_in, aux_in, model_out, aux_out):
+        mu, u = read(model_in["mu"], continuous), read(aux_in["u"], continuous)
+        write(model_out["mu"], 2 * mu + 3 * u, continuous)
+        write(aux_out["u"], -mu - 2 * u, continuous)
+
+    assert il.check_involution(one_mean, (), split_step, shift_ok, trials=20, seed=1).trials == 20
 
 
 # ---------------------------------------------------------------------------

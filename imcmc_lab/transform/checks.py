@@ -23,9 +23,11 @@ from ..core.choicemap import as_choicemap
 from ..core.values import format_value, values_close
 from ..errors import ImcmcError, InvolutionCheckError
 from .apply import _IN, EMPTY_AUX, apply_transform
+from .interpreter import AUX, MODEL, _where, run_transform
+from .jacobian import free_part
 
 __all__ = ["check_involution", "compare_choices", "ChoiceDifference", "InvolutionReport", "involution_problem",
-           "round_trip", "autodiff_disagreement"]
+           "round_trip", "autodiff_disagreement", "derivative_problem"]
 
 
 class ChoiceDifference:
@@ -103,6 +105,110 @@ def autodiff_disagreement(f, app, model_trace, aux_trace, q, q_args, rtol=1e-8):
             f"to use autograd only, and please report it.")
 
 
+# -- the Jacobian against finite differences ------------------------------------------
+# A derivative lost on the way from a read to a write (float(x), x.item(), math.*, NumPy,
+# x.detach() on a value il.read returned) leaves the move running: only where every path
+# is lost is the Jacobian singular. Where another input still reaches the write, log |det J|
+# is merely wrong, and so is every acceptance probability. Central differences of the
+# transform itself, at two step sizes, find it.
+_FD_CHECKS_PER_BRANCH = 2
+_FD_RTOL, _FD_ATOL = 1e-4, 1e-6
+
+
+def _perturbed(trace, address, index, step):
+    """``trace`` with free coordinate ``index`` of its continuous choice at ``address``
+    moved by ``step`` (a simplex keeps its sum: its last weight moves by ``-step``)."""
+    record = trace.flat_records()[address]
+    value = record.value.detach().clone()
+    if not value.ndim:
+        return trace.update({address: value + step})[0]
+    if record.dist.simplex:
+        rows = value.view(-1, value.shape[-1])
+        k = value.shape[-1] - 1
+        rows[index // k, index % k] += step
+        rows[index // k, k] -= step
+    else:
+        value.view(-1)[index] += step
+    return trace.update({address: value})[0]
+
+
+def _branch(app):
+    """Which path through the transform a move took: the addresses it read and wrote."""
+    run = app.run
+    return tuple(sorted(map(repr, run.reads))), tuple(sorted(map(repr, run.writes)))
+
+
+def _outcome(run):
+    """What must not change for a difference quotient to make sense: the addresses
+    written and copied, and the discrete values written."""
+    return ({k: (w.value if w.label.is_discrete else None) for k, w in run.writes.items()},
+            sorted(map(repr, run.copied_to)))
+
+
+def _written_coordinate(run, coordinate, dists):
+    side = MODEL if coordinate.trace == "model_out" else AUX
+    value = run.writes[(side, coordinate.address)].value
+    value = value.detach() if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+    value = free_part(dists[coordinate.trace][coordinate.address].dist, value)
+    return float(value.reshape(-1)[coordinate.index or 0])
+
+
+def _difference_column(f, app, col, rows, step):
+    """Central differences of the written coordinates ``rows`` in the input ``col``, or
+    None where a step changes the move's discrete outcome or leaves the support."""
+    x, y = app.run.model_in, app.run.aux_in
+    dists = {"model_out": app.new_model.flat_records(),
+             "aux_out": app.new_aux.flat_records() if app.new_aux is not None else {}}
+    sides = []
+    for sign in (1.0, -1.0):
+        try:
+            if col.trace == "model_in":
+                run = run_transform(f, _perturbed(x, col.address, col.index or 0, sign * step), y)
+            else:
+                run = run_transform(f, x, _perturbed(y, col.address, col.index or 0, sign * step))
+        except ImcmcError:
+            return None
+        if _outcome(run) != _outcome(app.run):
+            return None
+        sides.append([_written_coordinate(run, r, dists) for r in rows])
+    return [(a - b) / (2 * step) for a, b in zip(*sides)]
+
+
+def derivative_problem(f, app):
+    """Compare the Jacobian the engine took (``app.jacobian.reduced``) with central
+    finite differences of ``f``; describe a derivative that differs (a lost
+    derivative), or return None."""
+    jac = app.jacobian
+    if jac is None or not jac.rows or not jac.cols:
+        return None
+    reduced = jac.reduced
+    for j, col in enumerate(jac.cols):
+        source = app.run.model_in if col.trace == "model_in" else app.run.aux_in
+        v = source.flat_records()[col.address].value.detach().reshape(-1)
+        step = 1e-6 * max(abs(float(v[col.index or 0])), 1e-2)
+        coarse = _difference_column(f, app, col, jac.rows, step)
+        fine = _difference_column(f, app, col, jac.rows, step / 10) if coarse is not None else None
+        if fine is None:
+            continue
+        for i, row in enumerate(jac.rows):
+            ad = float(reduced[i, j])
+            tol = _FD_ATOL + _FD_RTOL * max(abs(ad), abs(fine[i]))
+            if abs(coarse[i] - ad) > tol and abs(fine[i] - ad) > tol and abs(coarse[i] - fine[i]) <= tol:
+                return _lost_derivative(app, row, col, ad, fine[i])
+    return None
+
+
+def _lost_derivative(app, row, col, ad, fd):
+    side = MODEL if row.trace == "model_out" else AUX
+    write = app.run.writes[(side, row.address)]
+    return (f"jacobian: d {row.label()} / d {col.label()} is {ad:.6g} by the transform's derivatives but "
+            f"{fd:.6g} by finite differences ({_where(write.line)}): a derivative was lost between the "
+            f"read and the write, so log |det J| and every acceptance probability would be wrong. "
+            f"float(x), x.item(), x.tolist(), x.detach(), x.data, math.* functions, NumPy calls and "
+            f"torch.tensor(...) on a value il.read returned give a constant; compute with torch "
+            f"functions and operators on it instead.")
+
+
 class InvolutionReport:
     """What :func:`check_involution` tested (returned when every trial passed)."""
 
@@ -145,7 +251,9 @@ def check_involution(p, p_args, q, f, trials: int = 100, q_args=(), observations
     (support, dimension or involution), with a report of the addresses involved;
     transform-language errors (unknown address, wrong label, ...) propagate with
     their own messages. A Jacobian that is singular or not finite (a lost or NaN
-    derivative) fails the check, naming the coordinates. Returns an :class:`InvolutionReport` if every trial passes.
+    derivative) fails the check, naming the coordinates; so does one that differs
+    from central finite differences of ``f`` (a derivative lost on one path of
+    several; checked on the first trials of each path through ``f``). Returns an :class:`InvolutionReport` if every trial passes.
     For a transform paired with its inverse by :func:`pair_bijections`, checks
     that the inverse undoes it.
     """
@@ -155,7 +263,7 @@ def check_involution(p, p_args, q, f, trials: int = 100, q_args=(), observations
     if seed is not None:
         torch.manual_seed(seed)
     p_args = p_args if isinstance(p_args, tuple) else (p_args,)
-    moves, sizes = {}, []
+    moves, sizes, differenced = {}, [], {}
     for trial in range(1, trials + 1):
         if observations is not None:
             x, _ = p.generate(p_args, observations)
@@ -169,6 +277,10 @@ def check_involution(p, p_args, q, f, trials: int = 100, q_args=(), observations
                                                         undo=getattr(f, "inverse", None))
             if problem is None and app.run.floats:
                 problem = autodiff_disagreement(f, app, x, y, q, q_args)
+            branch = _branch(app)
+            if problem is None and differenced.get(branch, 0) < _FD_CHECKS_PER_BRANCH:
+                differenced[branch] = differenced.get(branch, 0) + 1
+                problem = derivative_problem(f, app)
         except ImcmcError as exc:
             exc.args = (f"check_involution trial {trial}: {exc.args[0]}",) + exc.args[1:]
             raise

@@ -20,7 +20,8 @@ would.
 Conversions keep torch's semantics: ``float(x)`` and ``x.item()`` give the value
 without its derivative, exactly as they detach a tensor (a written value that lost
 its derivative this way makes the Jacobian singular, which the move and
-``check_involution`` report). In-place operators (``x *= 2``) raise
+``check_involution`` report; where another input still reaches it, the Jacobian is
+only wrong, and ``check_involution``'s finite differences report it). In-place operators (``x *= 2``) raise
 :class:`NeedsTorch`: on a tensor they are seen through every alias and view.
 """
 
