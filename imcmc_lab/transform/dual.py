@@ -249,6 +249,7 @@ class _TensorLike:
     __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = __invert__ = _unsupported
     __round__ = __trunc__ = __floor__ = __ceil__ = __index__ = __complex__ = _unsupported
     __contains__ = __setitem__ = __delitem__ = _unsupported
+    __array__ = _unsupported     # NumPy: torch says it cannot carry the derivative
     # In-place operators change a tensor in place, so its aliases and views see the change;
     # without these, Python would rebind the name to a new value instead: hand it to torch.
     __iadd__ = __isub__ = __imul__ = __itruediv__ = __ifloordiv__ = __imod__ = __ipow__ = _unsupported

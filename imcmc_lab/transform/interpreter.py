@@ -17,6 +17,7 @@ runs again on torch autograd leaves (:mod:`.autograd_backend`).
 from __future__ import annotations
 
 import linecache
+import re
 from operator import itemgetter
 
 import torch
@@ -34,6 +35,7 @@ from .language import AddressRef, TraceHandle, Transform, continuous, discrete
 __all__ = ["run_transform", "TransformRun", "Write", "Copy", "Read"]
 
 MODEL, AUX = "model", "aux"
+_SIDE_IN = {MODEL: "model_in", AUX: "aux_in"}
 
 
 def _where(line) -> str:
@@ -328,5 +330,48 @@ def _run_on(backend, f, model_trace, aux_trace, names, args):
         run.retval = f.run_on(_Interpreter(run).handles(names), *args)
         return run
     with backend.running():
-        run.retval = f.run_on(_Interpreter(run).handles(names), *args)
+        try:
+            run.retval = f.run_on(_Interpreter(run).handles(names), *args)
+        except RuntimeError as exc:
+            error = _torch_misuse(exc, run)
+            if error is None:
+                raise
+            raise error.with_traceback(exc.__traceback__) from None
     return run
+
+
+# torch's words for what a transform may not do to a value il.read returned, and ours
+_MISUSES = (
+    ("leaf Variable that requires grad is being used in an in-place operation",
+     "changes a value il.read returned in place",
+     "A continuous read is a coordinate of the Jacobian and cannot change; make a new value "
+     "instead: `x = x + 1` rather than `x += 1`, `w = w * 2` rather than `w.mul_(2)`, and "
+     "`w = w.clone()` before `w[0] = ...`."),
+    ("Can't call numpy() on Tensor that requires grad",
+     "hands a value il.read returned to NumPy",
+     "NumPy cannot carry its derivative (and `.detach().numpy()` would lose it, making the "
+     "Jacobian wrong): compute with torch functions instead (torch.sin, torch.exp, ...)."),
+)
+
+
+def _torch_misuse(exc, run):
+    """A :class:`TransformError` for a torch error that a transform's misuse of a read value
+    caused (naming the transform's line and the addresses read into names on it), or None."""
+    for words, what, fix in _MISUSES:
+        if words in str(exc):
+            break
+    else:
+        return None
+    tb, line = exc.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code is getattr(run.transform.fn, "__code__", None):
+            frame, line = tb.tb_frame, (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    if line is None:
+        return None
+    text = linecache.getline(*line)
+    named = [f"{name}: {_SIDE_IN[r.side]}[{format_address(r.address)}]"
+             for name, value in frame.f_locals.items() if re.search(rf"\b{re.escape(name)}\b", text)
+             for r in run.reads.values() if r.leaf is not None and value is r.tracked]
+    read = f" ({', '.join(named)})" if named else ""
+    return TransformError(f"the transform {run.transform.name} {what}{read} at {_where(line)}. {fix}")

@@ -83,6 +83,42 @@ def _transform_edits_a_discrete_read_in_place():
     il.involutive_mcmc(_bits.simulate(), None, (), _flip_first_in_place)
 
 
+@il.transform
+def _shift_in_place(model_in, aux_in, model_out, aux_out):
+    x, u = il.read(model_in["x"], il.continuous), il.read(aux_in["u"], il.continuous)
+    x += u                                    # in place on a read value: torch refuses
+    il.write(model_out["x"], x, il.continuous)
+    il.write(aux_out["u"], -u, il.continuous)
+
+
+@il.transform
+def _scale_in_place(model_in, aux_in, model_out, aux_out):
+    x, u = il.read(model_in["x"], il.continuous), il.read(aux_in["u"], il.continuous)
+    u.mul_(-1.0)
+    il.write(model_out["x"], x + u, il.continuous)
+    il.write(aux_out["u"], u, il.continuous)
+
+
+@il.gen
+def _pair():
+    il.iid(il.normal(0.0, 1.0), 2) @ "v"
+
+
+@il.transform
+def _swap_by_item_assignment(t_in, t_out):
+    v = il.read(t_in["v"], il.continuous)
+    v[0], v[1] = v[1], v[0]
+    il.write(t_out["v"], v, il.continuous)
+
+
+@il.transform
+def _negate_through_numpy(t_in, t_out):
+    import numpy as np
+
+    x = il.read(t_in["x"], il.continuous)
+    il.write(t_out["x"], torch.as_tensor(-np.asarray(x)), il.continuous)
+
+
 def _move_after_an_in_place_edit():
     torch.manual_seed(0)
     trace = _one_normal.simulate()
@@ -113,6 +149,18 @@ CASES: list[Case] = [
          InvolutionCheckError, ("aux_out['u']", "nan", "torch.where")),
     Case("move with torch.where NaN derivative", lambda: _move(_signed_root_swap, _step_aux),
          TransformError, ("aux_out['u']", "nan")),
+    # a value il.read returned, changed in place or handed to NumPy: torch's RuntimeError
+    # ("a leaf Variable that requires grad ...", "... Use tensor.detach().numpy()") with the
+    # engine's frames before; now the line, the read address and what to write instead
+    Case("transform x += u on a read value", lambda: _move(_shift_in_place, _step_aux), TransformError,
+         ("in place", "x: model_in['x']", "x += u", "x = x + 1")),
+    Case("transform u.mul_ on a read value", lambda: _move(_scale_in_place, _step_aux), TransformError,
+         ("in place", "u: aux_in['u']", "u.mul_(-1.0)", "w = w * 2")),
+    Case("transform v[0] = ... on a read vector", lambda: il.involutive_mcmc(_pair.simulate(), None, (),
+                                                                          _swap_by_item_assignment),
+         TransformError, ("in place", "v: model_in['v']", "w.clone()")),
+    Case("transform np.asarray on a read value", lambda: _move(_negate_through_numpy), TransformError,
+         ("numpy", "x: model_in['x']", "np.asarray(x)", "torch functions")),
     Case("user's exception in a transform propagates", lambda: _move(_raises_on_first_run),
          KeyError, ("the user's lookup failed",)),
 ]
