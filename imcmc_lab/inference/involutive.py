@@ -11,6 +11,7 @@ Every move produces a :class:`MoveRecord` that widgets render.
 
 from __future__ import annotations
 
+import inspect
 import math
 
 from ..transform.apply import EMPTY_AUX, apply_transform
@@ -131,10 +132,48 @@ class MoveRecord:
 _EMPTY_AUX_MARK = "<EMPTY_AUX>"
 
 
+def _as_q_args(q_args) -> tuple:
+    """``q_args`` as a tuple: a tuple or list of q's extra arguments, or None for none."""
+    if q_args is None:
+        return ()
+    if isinstance(q_args, (tuple, list)):
+        return tuple(q_args)
+    raise TypeError(f"q_args must be a tuple of the auxiliary program's extra arguments (q is called "
+                    f"as q(trace, *q_args)), got {q_args!r}: write ({q_args!r},) for one argument, "
+                    f"or () for none.")
+
+
+def _check_arguments(trace, q, q_args, f):
+    """Raise a TypeError naming the argument that is not what ``involutive_move(trace, q,
+    q_args, f)`` expects (called once a move failed; its arguments may be swapped)."""
+    order = "involutive_mcmc(trace, q, q_args, f): "
+    if not hasattr(trace, "flat_records"):
+        raise TypeError(order + f"trace must be a trace of the model (p.simulate(...) or "
+                                f"p.generate(...)[0]), got {trace!r}. Are the arguments in this order?")
+    if q is not None and not hasattr(q, "simulate"):
+        raise TypeError(order + f"q must be the auxiliary program (a @gen function, or None), got {q!r}. "
+                                f"Are the arguments in this order?")
+    if not hasattr(f, "run_on"):
+        raise TypeError(order + f"f must be the transform (@il.transform or %%transform), got {f!r}. "
+                                f"Are the arguments in this order?")
+    fn = getattr(q, "fn", None)
+    if fn is not None:
+        try:
+            inspect.signature(fn).bind(trace, *q_args)
+        except TypeError as exc:
+            raise TypeError(f"the auxiliary program is called as {getattr(q, 'name', 'q')}(trace, *q_args) "
+                            f"with q_args = {q_args!r}: {exc}. Give q_args one value for each parameter "
+                            f"of q after the trace.") from None
+
+
 def involutive_move(trace, q, q_args, f, check=False, rtol=1e-6, atol=1e-8) -> MoveRecord:
     """One move of involutive MCMC from ``trace``; returns its :class:`MoveRecord`."""
-    q_args = tuple(q_args) if q_args is not None else ()
-    aux = q.simulate(trace, *q_args) if q is not None else EMPTY_AUX
+    q_args = q_args if type(q_args) is tuple else _as_q_args(q_args)
+    try:
+        aux = q.simulate(trace, *q_args) if q is not None else EMPTY_AUX
+    except (AttributeError, TypeError):
+        _check_arguments(trace, q, q_args, f)     # a clearer error if the arguments are wrong
+        raise
     log_q_old = aux.score
     app = apply_transform(f, trace, aux, q, q_args, check_dimension=not check)
     if not check:
@@ -170,7 +209,7 @@ class InvolutiveKernel(Kernel):
 
     def __init__(self, q, q_args, f, check=False, name=None):
         super().__init__(name or f"involutive({f.name})")
-        self.q, self.q_args, self.f, self.check = q, tuple(q_args or ()), f, check
+        self.q, self.q_args, self.f, self.check = q, _as_q_args(q_args), f, check
         self.last_record = None
         self.check_failures = 0
 

@@ -27,7 +27,37 @@ def _run(kernel=None, trace="start", steps=5, **options):
     return il.run_chain(kernel, _trace() if trace == "start" else trace, steps, progress=False, **options)
 
 
+@il.gen
+def _scaled_step(trace, scale):
+    il.normal(0.0, scale) @ "u"
+
+
+@il.transform
+def _shift_mean(model_in, aux_in, model_out, aux_out):
+    mu, u = il.read(model_in["mu"], il.continuous), il.read(aux_in["u"], il.continuous)
+    il.write(model_out["mu"], mu + u, il.continuous)
+    il.write(aux_out["u"], -u, il.continuous)
+
+
+def _move(q_args, q=_scaled_step, f=_shift_mean, trace="start"):
+    return il.involutive_mcmc(_trace() if trace == "start" else trace, q, q_args, f)
+
+
 CASES: list[Case] = [
+    # involutive_mcmc(trace, q, q_args, f) called wrongly: Python's "'float' object is not
+    # iterable", "... takes 2 positional arguments but 3 were given" or "'Transform' object
+    # has no attribute 'simulate'" from inside the engine before
+    Case("involutive-mcmc-q-args-a-number", lambda: _move(0.5), TypeError, ("q_args", "0.5", "(0.5,)")),
+    Case("involutive-kernel-q-args-a-number", lambda: il.InvolutiveKernel(_scaled_step, 0.5, _shift_mean),
+         TypeError, ("q_args", "(0.5,)")),
+    Case("involutive-mcmc-q-args-too-many", lambda: _move((0.5, 2.0)), TypeError,
+         ("_scaled_step(trace, *q_args)", "(0.5, 2.0)", "too many", "one value for each parameter")),
+    Case("involutive-mcmc-q-args-missing", lambda: _move(()), TypeError,
+         ("_scaled_step(trace, *q_args)", "missing", "'scale'")),
+    Case("involutive-mcmc-q-and-f-swapped", lambda: _move((0.5,), q=_shift_mean, f=_scaled_step), TypeError,
+         ("q must be the auxiliary program", "_shift_mean", "order")),
+    Case("involutive-mcmc-trace-and-q-swapped", lambda: _move((0.5,), q=_trace(), trace=_scaled_step),
+         TypeError, ("trace must be a trace", "order")),
     # issue 16, item 5: a selection that names no address of the trace (a typo) ran as the identity
     Case("mh-function-selection-typo", lambda: il.mh(_trace(), il.select("muu")), AddressError,
          ("'muu'", "did you mean 'mu'", "select")),
