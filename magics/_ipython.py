@@ -15,7 +15,7 @@ from imcmc_lab.errors import ImcmcError
 
 from .compiler import (CELL_ERROR_MARK, compile_gen_cell, compile_transform_cell,
                        parse_transform_signature, register_source)
-from .frames import library_folders, user_frames
+from .frames import library_folders, tilde_operand_message, user_frames
 from .rewrite import ENGINE_NAME
 
 # Names made available unqualified in the user namespace on `%load_ext`
@@ -47,6 +47,7 @@ class _State:
         self.handler_types: tuple | None = None
         self.prev_types: tuple = ()
         self.prev_handler = None
+        self.gen_files: set[str] = set()    # the filenames %%gen cells were compiled with
 
 
 def _state(shell) -> _State:
@@ -93,12 +94,16 @@ def _ensure_syntax_handler(shell) -> None:
             return []
         if prev_types and issubclass(etype, prev_types):
             return prev_handler(etype, value, tb, tb_offset=tb_offset)
-        if isinstance(value, ImcmcError) and not st.debug and not hasattr(value, _SHOWN):
+        message = tilde_operand_message(value, tb, st.gen_files)
+        if message is not None:
+            value.args = (message,)
+        if (message is not None or isinstance(value, ImcmcError)) and not st.debug \
+                and not hasattr(value, _SHOWN):
             _render_user_frames(self, value, tb)
         self.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
         return []
 
-    types = prev_types + (SyntaxError, ImcmcError)
+    types = prev_types + (SyntaxError, ImcmcError, TypeError)
     shell.set_custom_exc(types, handler)
     st.handler_types = shell.custom_exceptions
     st.prev_types, st.prev_handler = prev_types, prev_handler
@@ -254,6 +259,7 @@ class ImcmcMagics(Magics):
         header = self._header("gen", line)
         original = header + "\n" + cell
         filename = self._filename(original)
+        _state(self.shell).gen_files.add(filename)
         try:
             compiled = compile_gen_cell(cell, filename, header)
         except SyntaxError as err:

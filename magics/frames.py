@@ -8,12 +8,14 @@ imcmc-lab, IPython, the standard library and installed packages are left out.
 
 from __future__ import annotations
 
+import linecache
 import os
+import re
 import sys
 import sysconfig
 from types import TracebackType
 
-__all__ = ["library_folders", "user_frames"]
+__all__ = ["library_folders", "user_frames", "tilde_operand_message"]
 
 
 def library_folders(engine=None) -> tuple[str, ...]:
@@ -44,3 +46,28 @@ def user_frames(tb: TracebackType | None, library: tuple[str, ...]) -> Traceback
     for old in reversed(kept):
         new = TracebackType(new, old.tb_frame, old.tb_lasti, old.tb_lineno)
     return new
+
+
+# `k ~ 3` compiles to `3 @ "k"`: Python's words for it name `@` and `str`, which the user never wrote
+_NOT_SAMPLEABLE = re.compile(r"unsupported operand type\(s\) for @: '([^']+)' and '(str|tuple|int)'")
+
+
+def tilde_operand_message(exc: BaseException, tb: TracebackType | None, cell_files) -> str | None:
+    """A message for a TypeError raised by ``x ~ expr`` in a ``%%gen`` cell (one of
+    ``cell_files``) where ``expr`` is not a distribution or a generative function call;
+    None for any other exception."""
+    match = _NOT_SAMPLEABLE.fullmatch(str(exc)) if isinstance(exc, TypeError) else None
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if match is None or tb is None or tb.tb_frame.f_code.co_filename not in cell_files:
+        return None
+    text = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
+    if "~" not in text:
+        return None
+    kind = match.group(1)
+    hint = {"function": " (a distribution or generative function without its arguments?)",
+            "type": " (a class, not a distribution?)"}.get(kind, "")
+    return (f"the right side of `~` at line {tb.tb_lineno} ({text}) has type {kind}{hint}, not a distribution: "
+            f"write one of imcmc-lab's distributions with its parameters, e.g. `x ~ normal(0.0, 1.0)` "
+            f"(not torch.distributions), or call a generative function with its arguments, e.g. "
+            f"`{{\"sub\"}} ~ model(args)`.")

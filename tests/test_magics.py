@@ -923,6 +923,35 @@ chain = il.run_chain(kernel, coin_c.simulate(), 5, progress=False)
         run("%imcmc_debug off")
 
 
+def test_tilde_on_something_not_sampleable_says_so(run):
+    """`k ~ 3` compiles to `3 @ "k"`: before, Python's "unsupported operand type(s) for @:
+    'int' and 'str'" (an operator and a type the user never wrote) with the engine's frames."""
+    defined, _ = run('''%%gen
+def not_sampleable(which):
+    y ~ normal(0.0, 1.0)
+    if which == 0:
+        k ~ 3
+    elif which == 1:
+        x ~ normal
+    else:
+        {("z", 1)} ~ torch.distributions.Normal(0.0, 1.0)
+''')
+    outs = []
+    for which, line, kind in ((0, 5, "int"), (1, 7, "function"), (2, 9, "Normal")):
+        result, out = run(f"not_sampleable.simulate({which})", ok=False)
+        outs.append(out)
+        assert type(result.error_in_exec) is TypeError
+        assert f"Cell In[{defined.execution_count}], line {line}" in out
+        assert f"the right side of `~` at line {line}" in out and f"has type {kind}" in out
+        assert "normal(0.0, 1.0)" in out and "unsupported operand" not in out
+        _assert_no_library_frames(out)
+        assert "runtime.py" not in out
+    assert "without its arguments" in outs[1]
+    # a plain `3 @ "k"` outside a %%gen cell keeps Python's own message
+    result, out = run("3 @ 'k'", ok=False)
+    assert "unsupported operand type(s) for @: 'int' and 'str'" in out
+
+
 def test_library_bugs_keep_their_frames(run):
     """An exception that is not an ImcmcError (here an AttributeError raised inside the
     engine) keeps its full traceback."""
