@@ -183,7 +183,14 @@ class Chain:
     def values(self, name, chain=None):
         """A list of the recorded values of ``name`` (all chains concatenated by default)."""
         chains = range(self.n_chains) if chain is None else [chain]
-        return [s[name] for c in chains for s in self.samples[c]]
+        try:
+            return [s[name] for c in chains for s in self.samples[c]]
+        except KeyError:
+            names = list(dict.fromkeys(k for samples in self.samples for s in samples[:1] for k in s))
+            raise AddressError(
+                f"chain.values({name!r}): nothing was recorded under that name; the recorded names are "
+                f"{', '.join(map(repr, names)) or '(none)'}.{did_you_mean(name, names)} Record it with "
+                f"run_chain(..., record={{'name': address}}).") from None
 
     def acceptance_rates(self) -> dict:
         return {k: (a / p if p else math.nan) for k, (a, p) in self.acceptance.items()}

@@ -47,6 +47,9 @@ CASES: list[Case] = [
     # involutive_mcmc(trace, q, q_args, f) called wrongly: Python's "'float' object is not
     # iterable", "... takes 2 positional arguments but 3 were given" or "'Transform' object
     # has no attribute 'simulate'" from inside the engine before
+    # a name the chain did not record: a bare KeyError('kk') from inside Chain.values before
+    Case("chain-values-name-typo", lambda: _run(record={"mean": "mu"}).values("maen"), AddressError,
+         ("'maen'", "recorded names are 'mean'", "Did you mean 'mean'", "record=")),
     Case("involutive-mcmc-q-args-a-number", lambda: _move(0.5), TypeError, ("q_args", "0.5", "(0.5,)")),
     Case("involutive-kernel-q-args-a-number", lambda: il.InvolutiveKernel(_scaled_step, 0.5, _shift_mean),
          TypeError, ("q_args", "(0.5,)")),
