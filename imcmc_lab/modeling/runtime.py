@@ -13,6 +13,7 @@ constrained or selected under it keeps its whole sub-trace without re-running.
 
 from __future__ import annotations
 
+import inspect
 import operator
 
 import numpy as np
@@ -47,6 +48,10 @@ def run_dynamic(gen_fn, request):
     counters.executions += 1
     try:
         retval = gen_fn.fn(*args)
+    except TypeError as exc:
+        if exc.__traceback__.tb_next is None:    # raised by the call itself, not in the body
+            _arguments_do_not_fit(gen_fn, args, exc)
+        raise
     finally:
         pop_handler(saved)
     if versions:
@@ -61,6 +66,24 @@ def run_dynamic(gen_fn, request):
     result = Result(trace, tracer.weight, tracer.discard, tracer.fresh, tracer.n_used)
     result.kind_changed = tracer.kind_changed
     return result
+
+
+def _arguments_do_not_fit(gen_fn, args, exc):
+    """Raise a TypeError saying how ``gen_fn`` takes its arguments, if ``args`` do not fit."""
+    try:
+        signature = inspect.signature(gen_fn.fn)
+    except (TypeError, ValueError):     # no signature to tell
+        return
+    try:
+        signature.bind(*args)
+    except TypeError:
+        params = ", ".join(signature.parameters)
+        one = f"({params},)" if len(signature.parameters) == 1 else f"({params})"
+        raise TypeError(
+            f"{gen_fn.name}({params}) was given {len(args)} argument{'s' if len(args) != 1 else ''}: "
+            f"{exc}. Pass its arguments: {gen_fn.name}.simulate({params}), "
+            f"{gen_fn.name}.generate({one}, constraints), il.check_involution({gen_fn.name}, {one}, ...) "
+            f"or %check_involution ... --args \"{one}\".") from None
 
 
 def _argument_changed(gen_fn, position):

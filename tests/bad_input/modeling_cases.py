@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 
+import imcmc_lab as il
+
 from imcmc_lab.errors import TraceChangedError
 
 from . import Case
@@ -163,4 +165,29 @@ CASES += [
     # issue 16 item 20: a cached body would skip its choices on repeated calls
     Case("gen-on-lru-cache", _gen_on_lru_cache, TypeError, ("lru_cache", "cached", "plain function")),
     Case("gen-on-builtin", _gen_on_builtin, TypeError, ("len", "python function")),
+]
+
+
+@il.gen
+def _two_args(n, scale):
+    il.iid(il.normal(0.0, scale), n) @ "x"
+
+
+@il.gen
+def _body_type_error(n):
+    return len(n)       # the body's own TypeError keeps Python's message
+
+
+CASES += [
+    # a generative function given arguments that do not fit: Python's "_two_args() missing 1
+    # required positional argument" from inside run_dynamic before, with no word of where
+    Case("simulate-too-few-arguments", lambda: _two_args.simulate(3), TypeError,
+         ("_two_args(n, scale)", "given 1 argument", "missing 1 required", "_two_args.simulate(n, scale)")),
+    Case("generate-too-many-arguments", lambda: _two_args.generate((3, 1.0, 2), {}), TypeError,
+         ("given 3 arguments", "_two_args.generate((n, scale), constraints)")),
+    Case("check-involution-without-model-arguments",
+         lambda: il.check_involution(_two_args, (), None, il.transform(lambda t_in, t_out: None), trials=1),
+         TypeError, ("given 0 arguments", "--args \"(n, scale)\"")),
+    Case("body-type-error-unchanged", lambda: _body_type_error.simulate(3), TypeError,
+         ("object of type 'int' has no len()",)),
 ]
