@@ -22,6 +22,7 @@ model trace alone.
 from __future__ import annotations
 
 import inspect
+import linecache
 import sys
 import threading
 
@@ -94,6 +95,13 @@ class TraceHandle:
     def __repr__(self):
         return f"<{self.name}>"
 
+    def __setitem__(self, address, value):
+        frame = sys._getframe(1)
+        raise TransformError(
+            f"{self.name}[{format_address(normalize_address(address))}] = ... ({_line_of(frame)}): a "
+            f"transform sets an output address with write({'model_out' if self.side == 'model' else 'aux_out'}"
+            f"[...], value, il.continuous) (or il.discrete), or copies an input to it with copy(...).")
+
 
 class AddressRef:
     """``trace[address]`` inside a transform: where to read, write or copy."""
@@ -108,6 +116,28 @@ class AddressRef:
 
     def __repr__(self):
         return f"<{self.describe()}>"
+
+    def _not_a_value(self, *args):
+        """``model_in["k"] == 1``, ``model_in["mu"] - u``, ...: an address used as if it were its
+        value (a read or a write forgotten)."""
+        frame = sys._getframe(1)
+        if self.handle.is_input:
+            fix = f"read it first: read({self.describe()}, il.discrete) or read({self.describe()}, il.continuous)"
+        else:
+            fix = f"an output address is only written: write({self.describe()}, value, label)"
+        raise TransformError(f"{self.describe()} is an address, not its value ({_line_of(frame)}): {fix}.")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _not_a_value
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = _not_a_value
+    __matmul__ = __rmatmul__ = __neg__ = __pos__ = __abs__ = _not_a_value
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _not_a_value
+    __bool__ = __float__ = __int__ = __index__ = __len__ = __iter__ = __getitem__ = _not_a_value
+    __hash__ = object.__hash__
+
+
+def _line_of(frame) -> str:
+    text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    return f"line {frame.f_lineno}: {text}" if text else f"line {frame.f_lineno}"
 
 
 def _check_ref(ref, what):

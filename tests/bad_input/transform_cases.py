@@ -119,6 +119,37 @@ def _negate_through_numpy(t_in, t_out):
     il.write(t_out["x"], torch.as_tensor(-np.asarray(x)), il.continuous)
 
 
+@il.gen
+def _coin_and_x():
+    il.bernoulli(0.5) @ "heads"
+    il.normal(0.0, 1.0) @ "x"
+
+
+@il.transform
+def _flip_without_read(t_in, t_out):
+    if t_in["heads"] == True:                 # noqa: E712  (read forgotten: an address, not a value)
+        il.write(t_out["heads"], False, il.discrete)
+    else:
+        il.write(t_out["heads"], True, il.discrete)
+
+
+def _chain_of(f, model, steps=20):
+    torch.manual_seed(0)
+    trace = model.simulate()
+    for _ in range(steps):
+        trace, _ = il.involutive_mcmc(trace, None, (), f)
+
+
+@il.transform
+def _negate_without_read(t_in, t_out):
+    il.write(t_out["x"], -t_in["x"], il.continuous)
+
+
+@il.transform
+def _negate_by_assignment(t_in, t_out):
+    t_out["x"] = -il.read(t_in["x"], il.continuous)
+
+
 def _move_after_an_in_place_edit():
     torch.manual_seed(0)
     trace = _one_normal.simulate()
@@ -161,6 +192,15 @@ CASES: list[Case] = [
          TransformError, ("in place", "v: model_in['v']", "w.clone()")),
     Case("transform np.asarray on a read value", lambda: _move(_negate_through_numpy), TransformError,
          ("numpy", "x: model_in['x']", "np.asarray(x)", "torch functions")),
+    # an address used as its value: `t_in["heads"] == True` was always False (a chain ran, moving
+    # every state to heads = True: a silently wrong kernel); `-t_in["x"]` and `t_out["x"] = ...`
+    # gave Python's TypeErrors about AddressRef/TraceHandle from the engine's frames
+    Case("transform compares an address instead of its value", lambda: _chain_of(_flip_without_read, _coin_and_x),
+         TransformError, ("t_in['heads'] is an address, not its value", "== True", "read(t_in['heads'], il.discrete)")),
+    Case("transform negates an address instead of its value", lambda: _move(_negate_without_read),
+         TransformError, ("t_in['x'] is an address, not its value", "il.continuous")),
+    Case("transform assigns to an output address", lambda: _move(_negate_by_assignment), TransformError,
+         ("t_out['x'] = ...", "write(model_out[...], value, il.continuous)")),
     Case("user's exception in a transform propagates", lambda: _move(_raises_on_first_run),
          KeyError, ("the user's lookup failed",)),
 ]
