@@ -169,6 +169,21 @@ def test_check_true_rejects_a_failed_involution_and_says_why():
     assert accepted > 0
 
 
+def test_a_chain_whose_moves_fail_their_check_warns_once():
+    """Before: the chain ran with every split rejected and said nothing (acceptance 0.00)."""
+    torch.manual_seed(3)
+    x, _ = positive_means.generate((), {"k": 1})
+    kernel = il.InvolutiveKernel(split_merge_aux, (), sqrt_merge, check=True)
+    with pytest.warns(UserWarning) as caught:
+        il.run_chain(kernel, x, 5, progress=False)
+    mine = [w for w in caught if "failed its check" in str(w.message)]
+    assert len(mine) == 1 and kernel.check_failures == 5
+    message = str(mine[0].message)
+    assert "involutive(sqrt_merge)" in message and "f(f(x, y)) != (x, y)" in message
+    assert "fix the transform" in message and "check_failure" in message
+    assert mine[0].filename == __file__            # points at the user's call, not the engine
+
+
 def test_check_true_rejects_a_dimension_failure():
     @il.gen
     def two_aux(trace):

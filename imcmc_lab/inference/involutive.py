@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
+import sys
+import warnings
 
 from ..transform.apply import EMPTY_AUX, apply_transform
 from ..transform.checks import involution_problem
@@ -203,6 +206,17 @@ def involutive_mcmc(trace, q, q_args, f, check=False, rtol=1e-6, atol=1e-8):
     return record.trace, record.accepted
 
 
+def _first_user_frame() -> int:
+    """The ``stacklevel`` of the first frame of the caller's stack outside imcmc-lab."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_ENGINE):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+_ENGINE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
 class InvolutiveKernel(Kernel):
     """``kernel(trace) -> (trace, accepted)`` for chains; keeps the ``last_record``
     and counts moves rejected by a failed check in ``check_failures``."""
@@ -215,6 +229,16 @@ class InvolutiveKernel(Kernel):
 
     def step(self, trace):
         self.last_record = involutive_move(trace, self.q, self.q_args, self.f, self.check)
-        if self.last_record.check_failure is not None:
+        failure = self.last_record.check_failure
+        if failure is not None:
             self.check_failures += 1
+            if self.check_failures == 1 and not failure.startswith("support"):
+                # (q or p zero at the new state is a rejection a correct kernel can meet too)
+                warnings.warn(
+                    f"{self.name}: a move failed its check and was rejected "
+                    f"({failure.splitlines()[0].rstrip(':')}). "
+                    f"check=True keeps the chain correct (paper Lemma 6.1), but this kernel never makes "
+                    f"such moves: fix the transform (il.check_involution shows a case; "
+                    f"kernel.last_record.check_failure says why; kernel.check_failures counts them). "
+                    f"Warned once per kernel.", stacklevel=_first_user_frame())
         return self.last_record.trace, self.last_record.accepted
