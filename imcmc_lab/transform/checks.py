@@ -25,6 +25,7 @@ from ..errors import ImcmcError, InvolutionCheckError
 from .apply import _IN, EMPTY_AUX, apply_transform
 from .interpreter import AUX, MODEL, _where, run_transform
 from .jacobian import free_part
+from .language import Transform
 
 __all__ = ["check_involution", "compare_choices", "ChoiceDifference", "InvolutionReport", "involution_problem",
            "round_trip", "autodiff_disagreement", "derivative_problem"]
@@ -242,6 +243,18 @@ def _discrete_reads(app):
     return ", ".join(shown) if shown else "(none)"
 
 
+def _check_programs(p, q, f):
+    """A TypeError naming the argument of ``check_involution(p, p_args, q, f)`` that is not
+    the kind of program it must be (arguments given in another order, a plain function)."""
+    for name, value, ok, kind in (
+            ("p", p, hasattr(p, "simulate") and hasattr(p, "generate"), "the model (a @gen function or a %%gen def)"),
+            ("q", q, q is None or hasattr(q, "simulate"), "the auxiliary program (a @gen function, or None)"),
+            ("f", f, isinstance(f, Transform), "the transform (@il.transform or %%transform)")):
+        if not ok:
+            raise TypeError(f"check_involution(p, p_args, q, f): {name} must be {kind}, got {value!r}. "
+                            f"Are the arguments in this order?")
+
+
 def check_involution(p, p_args, q, f, trials: int = 100, q_args=(), observations=None,
                      rtol: float = 1e-6, atol: float = 1e-8, seed=None) -> InvolutionReport:
     """Algorithm 4: check ``f`` on ``trials`` randomized cases ``x ~ p``, ``y ~ q_x``.
@@ -260,6 +273,7 @@ def check_involution(p, p_args, q, f, trials: int = 100, q_args=(), observations
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"check_involution(trials={trials!r}): trials is the number of randomized "
                          f"cases to check, an integer at least 1 (no trial would check nothing)")
+    _check_programs(p, q, f)
     if seed is not None:
         torch.manual_seed(seed)
     p_args = p_args if isinstance(p_args, tuple) else (p_args,)

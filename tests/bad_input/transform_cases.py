@@ -201,6 +201,14 @@ CASES: list[Case] = [
          TransformError, ("t_in['x'] is an address, not its value", "il.continuous")),
     Case("transform assigns to an output address", lambda: _move(_negate_by_assignment), TransformError,
          ("t_out['x'] = ...", "write(model_out[...], value, il.continuous)")),
+    # check_involution(p, p_args, q, f) with programs in the wrong places: "'Transform' object has
+    # no attribute 'simulate'" / "'function' object has no attribute 'simulate'" before
+    Case("check_involution q and f swapped",
+         lambda: il.check_involution(_one_normal, (), _negate, _step_aux, trials=1), TypeError,
+         ("q must be the auxiliary program", "_negate", "order")),
+    Case("check_involution p a plain function",
+         lambda: il.check_involution(lambda: None, (), None, _negate, trials=1), TypeError,
+         ("p must be the model", "@gen")),
     Case("user's exception in a transform propagates", lambda: _move(_raises_on_first_run),
          KeyError, ("the user's lookup failed",)),
 ]
