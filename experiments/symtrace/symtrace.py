@@ -752,7 +752,7 @@ class Tracer:
                 raise Unsupported("a guard decided two ways")
             return outcome
         self.decided[code] = outcome
-        self.items.append(("g", code, bool(outcome), tuple(names)))
+        self.items.append(("g", code, outcome, tuple(names)))
         return outcome
 
     def decide(self, lin, op, outcome):
@@ -764,8 +764,10 @@ class Tracer:
         return self.guard(f"{lin.code()} {_OPS[op]} 0", bool(outcome), (lin,))
 
     def concrete(self, s):
-        self.decide(s.lin - Lin((), s.value), "eq", True)
-        return s.value
+        """Specialise on ``s``'s value: a guard whose answer is the value (a switch in the code)."""
+        if s.lin.const() is not None:
+            return s.lin.c
+        return self.guard(s.lin.code(), int(s.value), (s.lin,))
 
     def concrete_lin(self, x):
         return self.concrete(x) if isinstance(x, SymInt) else x
@@ -1128,17 +1130,34 @@ def _emit(node, ind, out):
     if node.guard is not None:
         needed |= set(node.guard[3])
         cond = node.guard[1]
-        if len(node.kids) == 1:
-            (outcome, kid), = node.kids.items()
-            body.append(pad + (f"if not ({cond}): return None" if outcome else f"if {cond}: return None"))
+        if set(node.kids) <= {True, False} and all(type(a) is bool for a in node.kids):
+            if len(node.kids) == 1:
+                (outcome, kid), = node.kids.items()
+                body.append(pad + (f"if not ({cond}): return None" if outcome else f"if {cond}: return None"))
+                needed |= _emit(kid, ind, body)
+            else:
+                inner = {}
+                for outcome in (True, False):
+                    lines = []
+                    needed |= _emit(node.kids[outcome], ind + 1, lines)
+                    inner[outcome] = lines
+                body += [pad + f"if {cond}:", *inner[True], pad + "else:", *inner[False]]
+        elif len(node.kids) == 1:           # a specialised value seen once
+            (answer, kid), = node.kids.items()
+            body.append(pad + f"if {cond} != {answer!r}: return None")
             needed |= _emit(kid, ind, body)
-        else:
-            inner = {}
-            for outcome in (True, False):
+        else:                               # a switch on a specialised value
+            q = f"q{id(node) % 100000}"
+            body.append(pad + f"{q} = {cond}")
+            first = True
+            for answer, kid in node.kids.items():
+                body.append(pad + f"{'if' if first else 'elif'} {q} == {answer!r}:")
                 lines = []
-                needed |= _emit(node.kids[outcome], ind + 1, lines)
-                inner[outcome] = lines
-            body += [pad + f"if {cond}:", *inner[True], pad + "else:", *inner[False]]
+                needed |= _emit(kid, ind + 1, lines)
+                body += lines
+                first = False
+            body.append(pad + "else:")
+            body.append(pad + "    return None")
     kept = []
     for it in reversed(node.items):
         if it[0] == "r":
