@@ -149,16 +149,29 @@ def main():
     torch.manual_seed(n + K)
     data = m.synthetic_data(n, seed=n + K)
     start, _ = m.gmm.generate((n,), {"x": data, "k": K})
-    states = {}
+    sys.path.insert(0, os.path.join(os.getcwd(), "benchmarks"))
+    import numpy as np
+    import numpy_split_merge as hand
+    x = data.numpy()
+    rng = np.random.default_rng(n + K)
+
+    def hand_kernel(state):
+        return hand.move(state, x, rng)
+
+    hs = hand.State(np.array([float(start["mu", j]) for j in range(1, K + 1)]),
+                    np.array([float(start["var", j]) for j in range(1, K + 1)]),
+                    start["weights"].numpy().copy())
+    hs.log_joint = hand.log_joint(hs, x)
+    states = {"hand": hs}
     kernels = (("engine", engine), ("skeleton", interp), ("compiled", comp))
     for name, kern in kernels:
         t = start
         for _ in range(50):
             t = kern(t)[0]
         states[name] = t
-    res = {"engine": [], "skeleton": [], "compiled": []}
+    res = {"engine": [], "skeleton": [], "compiled": [], "hand": []}
     for _ in range(2):
-        for name, kern in kernels:
+        for name, kern in kernels + (("hand", hand_kernel),):
             b = 1e9
             for _ in range(reps):
                 t = states[name]
@@ -174,6 +187,10 @@ def main():
           f"skeleton with the generated code {c[0]:.1f} / {c[1]:.1f} us (generated vs interpreted in the "
           f"same skeleton: -{i[0] - c[0]:.1f} / -{i[1] - c[1]:.1f} us; {comp.engine_moves} moves in all on "
           f"the engine's path)")
+    h = res["hand"]
+    print(f"hand-coded NumPy kernel (benchmarks/numpy_split_merge.py, chained, same alternation): "
+          f"{h[0]:.1f} / {h[1]:.1f} us; hand/engine {h[0] / e[0]:.3f} / {h[1] / e[1]:.3f}, "
+          f"hand/generated {h[0] / c[0]:.3f} / {h[1] / c[1]:.3f}")
 
 
 if __name__ == "__main__":
