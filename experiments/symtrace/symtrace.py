@@ -46,8 +46,9 @@ from imcmc_lab.transform.language import AddressRef, continuous, discrete
 MAX_VECTOR = 64
 
 
-class Unsupported(Exception):
-    """The tracer cannot follow the transform here (the engine runs it)."""
+class Unsupported(BaseException):
+    """The tracer cannot follow the transform here (the engine runs it). A BaseException, as
+    dual.NeedsTorch: a transform's own ``except Exception`` must not swallow it."""
 
 
 # ---------------------------------------------------------------------------
@@ -277,7 +278,19 @@ def _num(x):
     return None
 
 
+def _refuse(self, *args, **kwargs):
+    raise Unsupported("an operation the tracer does not model (in-place, attribute...)")
+
+
 class _Torchy:
+    # in-place operators: the engine hands them to autograd (aliasing); so does the tracer
+    __iadd__ = __isub__ = __imul__ = __itruediv__ = __ipow__ = __setitem__ = _refuse
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise Unsupported(f"attribute {name}")
+
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         impl = _TORCH.get(func)
@@ -833,9 +846,7 @@ class Tracer:
                     raise Unsupported("a long vector (autograd in the engine)")
                 vr = VecRead(no, w.code, nx.code, bool(rec.dist.simplex))
                 self.vec_values[no] = values
-                if vr.simplex:
-                    if not (n > 1):
-                        raise Unsupported("a one-weight simplex")
+                if vr.simplex:      # (one weight: no free coordinate; its "R" key meets no column)
                     value = SVec([("l", vr, 0, n - 1), ("e", vr.last())])
                 else:
                     value = SVec([("l", vr, 0, n)])
