@@ -11,7 +11,7 @@ is not finite, a failed membership check) finishes the move on the engine's path
 
 usage: python experiments/symtrace/move.py [--n 100] [--K 8] [--moves 400] [--reps 5]
   1. agreement: 600 chained moves, engine kernel vs CompiledMove from the same seed: log alpha,
-     decisions and the final score hashed (as /work/notes-style hexchain);
+     decisions and the final score hashed (as the session-12 hexchain check does);
   2. process time per chained move, best of --reps x --moves, A/B alternated twice.
 """
 import hashlib
