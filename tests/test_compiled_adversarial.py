@@ -1,0 +1,1331 @@
+"""The compiled transform path against the interpreter, adversarially.
+
+A transform is traced once per branch key into generated Python that serves involutive
+moves (``f.compile``, default True; used only with ``check=False`` and
+``autodiff="auto"``). It must be bit-identical to the interpreter and must never change an
+error or a record a user sees. Each case below runs the same seeded chain twice -- every
+transform with ``compile = False``, then with ``compile = True`` (fresh transform objects
+each time) -- and compares every move: the accept decision, ``log alpha`` and each of its
+terms, the new traces' choices and scores, what was read, written and copied (with their
+lines), the Jacobian record, the transform's printed output, and for a move that raises,
+the exception's type and message. Keys are compiled on a later visit than the first, so
+chains run several dozen moves, and the environment a transform depends on (globals,
+closures, defaults, module attributes, mutable containers, tensors) is changed between
+moves after its keys were compiled.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import io
+import math
+import random
+import types
+
+import pytest
+import torch
+
+import imcmc_lab as il
+from imcmc_lab import continuous, copy, discrete, read, tcall, write
+from imcmc_lab.examples import mixture
+from imcmc_lab.inference.involutive import involutive_move
+from imcmc_lab.transform.interpreter import _where
+
+STEPS = 40
+
+
+# ---------------------------------------------------------------------------
+# the harness
+# ---------------------------------------------------------------------------
+def bits(v):
+    """An exact, comparable picture of a value: dtype, shape and every byte of a tensor,
+    float.hex of a float (the sign of zero included), the type of everything else."""
+    if isinstance(v, torch.Tensor):
+        t = v.detach().cpu().contiguous()
+        return ("T", str(t.dtype), tuple(t.shape), t.numpy().tobytes())
+    if isinstance(v, float):
+        return ("f", v.hex())
+    if isinstance(v, (bool, int, str, type(None))):
+        return (type(v).__name__, v)
+    if isinstance(v, (list, tuple)):
+        return (type(v).__name__,) + tuple(bits(x) for x in v)
+    if isinstance(v, dict):
+        return ("dict",) + tuple((k, bits(x)) for k, x in v.items())
+    return (type(v).__name__, repr(v))
+
+
+def trace_picture(trace):
+    if trace is None:
+        return None
+    flat = trace.flat_records()
+    return (bits(float(trace.score)),
+            tuple((a, bits(r.value), repr(r.dist), bits(float(r.logpdf))) for a, r in flat.items()))
+
+
+def jacobian_picture(jac, deep):
+    if jac is None:
+        return None
+    pic = {"logabsdet": bits(float(jac.logabsdet)), "problem": jac.problem}
+    if deep:
+        pic.update(
+            rows=[c.label() for c in jac.rows], cols=[c.label() for c in jac.cols],
+            reduced=bits(jac.reduced), blocks=repr(jac.blocks),
+            inputs=[c.label() for c in jac.inputs], outputs=[c.label() for c in jac.outputs],
+            eliminated=[(a.label(), b.label(), kind) for a, b, kind in jac.eliminated],
+            full_size=jac.full_size, reduced_size=jac.reduced_size, dense=bits(jac.dense()))
+    return pic
+
+
+def record_picture(record, deep=False):
+    """Everything a user (or a widget) reads from a MoveRecord, as comparable data."""
+    app = record.application
+    run = app.run
+    pic = {
+        "accepted": record.accepted,
+        "log_alpha": bits(float(record.log_alpha)),
+        "terms": {k: bits(float(v)) for k, v in record.terms.items()},
+        "log_q_old": bits(float(record.log_q_old)),
+        "check_failure": record.check_failure,
+        "model_out": trace_picture(record.model_out),
+        "aux_out": trace_picture(record.aux_out),
+        "read": record.read, "written": record.written, "copied": record.copied,
+        "copied_implicitly": record.copied_implicitly,
+        "reads": [(k, repr(r.label), bits(r.value), _where(r.line)) for k, r in run.reads.items()],
+        "writes": [(k, repr(w.label), bits(w.value), _where(w.line)) for k, w in run.writes.items()],
+        "copies": [((c.src_side, c.src_address), (c.dst_side, c.dst_address), bits(c.value),
+                    c.is_discrete, _where(c.line)) for c in run.copies],
+        "retval": bits(run.retval),
+        "problem": app.problem,
+        "discard": None if app.discard is None else sorted((repr(a), bits(v)) for a, v in app.discard.items()),
+        "jacobian": jacobian_picture(app.jacobian, deep),
+    }
+    if deep:
+        pic["acceptance_probability"] = bits(record.acceptance_probability)
+        pic["repr"] = repr(record)
+    return pic
+
+
+class Kernels:
+    """What a chain runs: ``moves`` is a list of ``(q, q_args, f)`` cycled move by move;
+    ``transforms`` every transform object built (their ``compile`` is set by the harness)."""
+
+    def __init__(self, trace, moves, transforms=None):
+        self.trace, self.moves = trace, moves
+        self.transforms = transforms if transforms is not None else [f for _, _, f in moves]
+
+
+def run_chain(build, steps=STEPS, compile=True, seed=0, before=None, deep=False, check=False):
+    """Run the chain ``build()`` describes; return ``(pictures, final trace picture, kernels)``.
+    ``before(i, trace) -> trace`` runs before move ``i`` (environment changes, trace edits)."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    k = build()
+    for f in k.transforms:
+        f.compile = compile
+    torch.manual_seed(seed + 1)
+    trace, pictures = k.trace, []
+    for i in range(steps):
+        if before is not None:
+            trace = before(i, trace)
+        q, q_args, f = k.moves[i % len(k.moves)]
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                record = involutive_move(trace, q, q_args, f, check=check)
+        except Exception as exc:       # noqa: BLE001 -- compared, type and message
+            pictures.append(("raised", type(exc).__name__, str(exc), out.getvalue()))
+            continue
+        pictures.append(("move", record_picture(record, deep), out.getvalue()))
+        trace = record.trace
+    fallbacks = [(f.name, f.torch_fallbacks) for f in k.transforms]
+    return pictures, (trace_picture(trace), fallbacks), k
+
+
+def first_difference(a, b):
+    if type(a) is not type(b):
+        return f"{a!r} != {b!r}"
+    if isinstance(a, dict):
+        for key in list(a) + [x for x in b if x not in a]:
+            if a.get(key) != b.get(key):
+                return f"[{key!r}] " + first_difference(a.get(key), b.get(key))
+    if isinstance(a, (list, tuple)) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return f"[{i}] " + first_difference(x, y)
+    return f"{a!r}\n   !=\n{b!r}"
+
+
+def same_chain(build, steps=STEPS, seed=0, before=None, deep=False, min_hits=0, check=False):
+    """Interpreted vs compiled, move by move; returns the compiled run's Kernels."""
+    ref, ref_final, _ = run_chain(build, steps, False, seed, before, deep, check)
+    got, got_final, k = run_chain(build, steps, True, seed, before, deep, check)
+    for i, (a, b) in enumerate(zip(ref, got)):
+        assert a == b, f"move {i} differs (interpreted vs compiled): {first_difference(a, b)}"
+    assert ref_final == got_final, f"final state differs: {first_difference(ref_final, got_final)}"
+    import os
+    if os.environ.get("ADV_DEBUG"):
+        print("OUTCOMES", outcomes(ref), [p[1:3] for p in ref if p[0] == "raised"][:1])
+    if min_hits:
+        hits = sum(f.compiled.hits for f in k.transforms)
+        assert hits >= min_hits, (f"only {hits} moves served by generated code "
+                                  f"(refusals: {[f.compiled.refusals for f in k.transforms]})")
+    return ref, k
+
+
+def outcomes(pictures):
+    """How many moves were accepted, rejected, raised (a case must exercise what it claims)."""
+    acc = sum(1 for p in pictures if p[0] == "move" and p[1]["accepted"])
+    rej = sum(1 for p in pictures if p[0] == "move" and not p[1]["accepted"])
+    return acc, rej, sum(1 for p in pictures if p[0] == "raised")
+
+
+# ---------------------------------------------------------------------------
+# a small split/merge: k in 1..3, ("mu", j) for j <= k, an untouched "scale"
+# ---------------------------------------------------------------------------
+KMAX = 3
+
+
+@il.gen
+def small():
+    k = il.uniform_discrete(1, KMAX) @ "k"
+    for j in range(1, k + 1):
+        il.normal(0.0, 3.0) @ ("mu", j)
+    il.gamma(2.0, 1.0) @ "scale"
+
+
+@il.gen
+def small_aux(trace):
+    k = trace["k"]
+    split = True if k == 1 else (False if k == KMAX else il.bernoulli(0.5) @ "split")
+    if split:
+        il.normal(0.0, 1.0) @ "u"
+
+
+def split_merge_with(spread, unspread=None):
+    """Split ("mu", k) into k, k + 1 at distance ``spread(u, mu)``; merge the last two.
+    ``spread`` is where each case puts the code that depends on its environment."""
+    unspread = unspread or (lambda d, mu: d)
+
+    def body(model_in, aux_in, model_out, aux_out):
+        k = read(model_in["k"], discrete)
+        split = True if k == 1 else (False if k == KMAX else read(aux_in["split"], discrete))
+        if split:
+            write(model_out["k"], k + 1, discrete)
+            if k + 1 == 2:
+                write(aux_out["split"], False, discrete)
+            mu = read(model_in["mu", k], continuous)
+            u = read(aux_in["u"], continuous)
+            d = spread(u, mu)
+            write(model_out["mu", k], mu - d, continuous)
+            write(model_out["mu", k + 1], mu + d, continuous)
+        else:
+            write(model_out["k"], k - 1, discrete)
+            if k - 1 == 2:
+                write(aux_out["split"], True, discrete)
+            mu1 = read(model_in["mu", k - 1], continuous)
+            mu2 = read(model_in["mu", k], continuous)
+            write(model_out["mu", k - 1], (mu1 + mu2) / 2, continuous)
+            write(aux_out["u"], unspread((mu2 - mu1) / 2, (mu1 + mu2) / 2), continuous)
+
+    return body
+
+
+def small_chain(*bodies, k=1):
+    """A build function: the small model at ``k``, the given transform bodies cycled."""
+    def build():
+        trace, _ = small.generate((), {"k": k})
+        fs = [il.transform(b) for b in bodies]
+        return Kernels(trace, [(small_aux, (), f) for f in fs])
+    return build
+
+
+def test_the_harness_sees_differences():
+    """Two chains that differ in one constant differ: the comparison is not vacuous."""
+    pictures = []
+    for c in (1.0, 1.0 + 2 ** -40):
+        pictures.append(run_chain(small_chain(split_merge_with(lambda u, mu, c=c: u * c)), 10, False)[0])
+    assert pictures[0] != pictures[1]
+    assert run_chain(small_chain(split_merge_with(lambda u, mu: u)), 10, False)[0] == \
+        run_chain(small_chain(split_merge_with(lambda u, mu: u)), 10, False)[0]
+
+
+# ---------------------------------------------------------------------------
+# the contract itself, and that the compiled path is really used
+# ---------------------------------------------------------------------------
+def test_contract_names():
+    def body(model_in, aux_in, model_out, aux_out):
+        pass
+
+    assert il.transform(body).compile is True
+    assert il.transform(body, compile=False).compile is False
+    assert il.transform(compile=False)(body).compile is False
+    f = il.transform(body)
+    f.compile = False
+    assert f.compile is False
+    report = f.compiled
+    assert list(report.keys) == [] and report.hits == 0 and report.misses == 0
+    assert isinstance(report.refusals, list)
+
+
+def test_fig1_split_merge_is_compiled_and_identical():
+    data = mixture.synthetic_data(60, seed=3)
+
+    def build():
+        f = il.transform(mixture.split_merge.fn, name="split_merge")
+        return Kernels(mixture.initial_trace(data, k=3), [(mixture.split_merge_aux, (), f)])
+
+    pictures, k = same_chain(build, steps=80, min_hits=30)
+    acc, rej, raised = outcomes(pictures)
+    assert acc > 0 and rej > 0 and raised == 0
+    assert len(k.transforms[0].compiled.keys) >= 2
+
+
+def test_fig1_cycle_of_all_moves_is_identical():
+    """swap_last (fancy indexing), birth_death (range(k) copies), move_cluster, move_weights
+    (torch.exp, .sum()), split_merge, in a cycle, with the records' deep fields."""
+    data = mixture.synthetic_data(40, seed=5)
+
+    def build():
+        fs = {name: il.transform(getattr(mixture, name).fn, name=name)
+              for name in ("swap_last", "split_merge", "birth_death", "move_cluster", "move_weights")}
+        moves = [(mixture.swap_aux, (), fs["swap_last"]),
+                 (mixture.split_merge_aux, (), fs["split_merge"]),
+                 (mixture.birth_death_aux, (), fs["birth_death"]),
+                 (mixture.move_cluster_aux, (0.5, 0.3), fs["move_cluster"]),
+                 (mixture.move_weights_aux, (0.3,), fs["move_weights"])]
+        return Kernels(mixture.initial_trace(data, k=2), moves)
+
+    pictures, k = same_chain(build, steps=150, deep=True, min_hits=40)
+    assert outcomes(pictures)[0] > 0
+
+
+def test_compiled_path_not_used_with_check_or_torch_autodiff():
+    def build():
+        trace, _ = small.generate((), {"k": 1})
+        f = il.transform(split_merge_with(lambda u, mu: u))
+        return Kernels(trace, [(small_aux, (), f)])
+
+    _, k = same_chain(build, check=True)
+    assert k.transforms[0].compiled.hits == 0
+
+    def build_torch():
+        trace, _ = small.generate((), {"k": 1})
+        f = il.transform(split_merge_with(lambda u, mu: u), autodiff="torch")
+        return Kernels(trace, [(small_aux, (), f)])
+
+    _, k = same_chain(build_torch)
+    assert k.transforms[0].compiled.hits == 0
+
+
+def test_switching_compile_and_autodiff_between_moves():
+    """``f.compile = False`` and ``f.autodiff = "torch"`` set mid-chain take effect at once."""
+    def build():
+        trace, _ = small.generate((), {"k": 1})
+        f = il.transform(split_merge_with(lambda u, mu: u * torch.exp(mu / 10)))
+        return Kernels(trace, [(small_aux, (), f)])
+
+    holder = {}
+
+    def build_keep():
+        holder["k"] = build()
+        return holder["k"]
+
+    def before(i, trace):
+        f = holder["k"].transforms[0]
+        if i == 20:
+            f.autodiff = "torch"
+        if i == 30:
+            f.autodiff = "auto"
+        return trace
+
+    ref, _, _ = run_chain(build_keep, 45, False, before=before)
+    got, _, k = run_chain(build_keep, 45, True, before=before)
+    assert ref == got
+    f = k.transforms[0]
+    hits = f.compiled.hits
+    f.compile = False
+    torch.manual_seed(0)
+    trace = k.trace
+    for _ in range(5):
+        trace = involutive_move(trace, small_aux, (), f).trace
+    assert f.compiled.hits == hits
+
+
+# ---------------------------------------------------------------------------
+# the environment changes between moves, after the keys were compiled
+# ---------------------------------------------------------------------------
+def helper(u, mu):
+    return u
+
+
+def test_global_helper_function_rebound():
+    """A notebook cell redefines the helper the transform calls."""
+    global helper
+    original = helper
+
+    def body(model_in, aux_in, model_out, aux_out):
+        return split_merge_with(lambda u, mu: helper(u, mu))(model_in, aux_in, model_out, aux_out)
+
+    def before(i, trace):
+        global helper
+        if i == 0:
+            helper = original
+        if i == 20:
+            def helper(u, mu):          # noqa: F811 -- the redefinition is the point
+                return 2.0 * u
+        return trace
+
+    try:
+        same_chain(small_chain(body), before=before)
+    finally:
+        helper = original
+
+
+def direct_helper(u):
+    return u
+
+
+def _direct_body(model_in, aux_in, model_out, aux_out):
+    k = read(model_in["k"], discrete)
+    split = True if k == 1 else (False if k == KMAX else read(aux_in["split"], discrete))
+    if split:
+        write(model_out["k"], k + 1, discrete)
+        if k + 1 == 2:
+            write(aux_out["split"], False, discrete)
+        mu = read(model_in["mu", k], continuous)
+        d = direct_helper(read(aux_in["u"], continuous)) * SCALE_C
+        write(model_out["mu", k], mu - d, continuous)
+        write(model_out["mu", k + 1], mu + d, continuous)
+    else:
+        write(model_out["k"], k - 1, discrete)
+        if k - 1 == 2:
+            write(aux_out["split"], True, discrete)
+        mu1 = read(model_in["mu", k - 1], continuous)
+        mu2 = read(model_in["mu", k], continuous)
+        write(model_out["mu", k - 1], (mu1 + mu2) / 2, continuous)
+        write(aux_out["u"], (mu2 - mu1) / 2 / SCALE_C, continuous)
+
+
+SCALE_C = 1.0
+
+
+def test_global_helper_called_directly_from_the_transform_rebound():
+    global direct_helper
+    original = direct_helper
+
+    def before(i, trace):
+        global direct_helper
+        direct_helper = original if i < 20 else (lambda u: u * 3.0)
+        return trace
+
+    try:
+        same_chain(small_chain(_direct_body), before=before)
+    finally:
+        direct_helper = original
+
+
+def test_global_float_constant_rebound():
+    global SCALE_C
+
+    def before(i, trace):
+        global SCALE_C
+        SCALE_C = 1.0 if i < 20 else 0.25
+        return trace
+
+    try:
+        same_chain(small_chain(_direct_body), before=before)
+    finally:
+        SCALE_C = 1.0
+
+
+G = torch.tensor(1.5, dtype=torch.float64)
+
+
+def test_global_tensor_changed_in_place():
+    def before(i, trace):
+        if i == 0:
+            G.fill_(1.5)
+        if i in (15, 25):
+            G.mul_(2)
+        return trace
+
+    try:
+        same_chain(small_chain(split_merge_with(lambda u, mu: u * G)), before=before)
+    finally:
+        G.fill_(1.5)
+
+
+def test_global_tensor_rebound():
+    global G
+    original = G
+
+    def before(i, trace):
+        global G
+        G = original if i < 20 else torch.tensor(0.75, dtype=torch.float64)
+        return trace
+
+    try:
+        same_chain(small_chain(split_merge_with(lambda u, mu: u * G)), before=before)
+    finally:
+        G = original
+
+
+def test_closure_variable_rebound_with_nonlocal():
+    factor = 1.0
+
+    def set_factor(v):
+        nonlocal factor
+        factor = v
+
+    def before(i, trace):
+        set_factor(1.0 if i < 20 else 4.0)
+        return trace
+
+    same_chain(small_chain(split_merge_with(lambda u, mu: u * factor)), before=before)
+
+
+def test_default_argument_changed():
+    def spread(u, mu, c=1.0):
+        return u * c
+
+    def before(i, trace):
+        spread.__defaults__ = (1.0,) if i < 20 else (3.0,)
+        return trace
+
+    same_chain(small_chain(split_merge_with(lambda u, mu: spread(u, mu))), before=before)
+
+
+def test_function_code_replaced():
+    """``helper.__code__`` swapped (what some reloaders do) keeps the function object."""
+    def spread(u, mu):
+        return u
+
+    def other(u, mu):
+        return u * 5.0
+
+    code = spread.__code__
+
+    def before(i, trace):
+        spread.__code__ = code if i < 20 else other.__code__
+        return trace
+
+    same_chain(small_chain(split_merge_with(lambda u, mu: spread(u, mu))), before=before)
+
+
+def test_module_attribute_replaced():
+    lib = types.ModuleType("userlib")
+    lib.spread = lambda u: u
+
+    def before(i, trace):
+        lib.spread = (lambda u: u) if i < 20 else (lambda u: -u * 0.5)
+        return trace
+
+    same_chain(small_chain(split_merge_with(lambda u, mu: lib.spread(u))), before=before)
+
+
+def test_global_list_and_dict_mutated():
+    coefficients = [1.0]
+    table = {"c": 2.0}
+
+    def before(i, trace):
+        coefficients[0] = 1.0 if i < 20 else 7.0
+        table["c"] = 2.0 if i < 25 else 0.5
+        return trace
+
+    same_chain(small_chain(split_merge_with(lambda u, mu: u * coefficients[0] * table["c"])),
+               before=before)
+
+
+def test_transform_object_fn_replaced():
+    """``f.fn`` reassigned on the same Transform object."""
+    holder = {}
+
+    def build():
+        trace, _ = small.generate((), {"k": 1})
+        f = il.transform(split_merge_with(lambda u, mu: u))
+        holder["f"] = f
+        return Kernels(trace, [(small_aux, (), f)])
+
+    def before(i, trace):
+        if i == 20:
+            holder["f"].fn = split_merge_with(lambda u, mu: 2.0 * u)
+        return trace
+
+    same_chain(build, before=before)
+
+
+# ---------------------------------------------------------------------------
+# side effects and non-determinism inside the transform
+# ---------------------------------------------------------------------------
+def test_print_inside_the_transform_prints_on_every_move():
+    def spread(u, mu):
+        print("spread", float(u) > 0)
+        return u
+
+    pictures, _ = same_chain(small_chain(split_merge_with(spread)))
+    printed = [p[-1] for p in pictures if p[0] == "move" and "spread" in p[-1]]
+    assert len(printed) > 10
+
+
+def test_global_side_effect_counter():
+    calls = []
+
+    def spread(u, mu):
+        calls.append(1)
+        return u
+
+    def before(i, trace):
+        if i == 0:
+            calls.clear()
+        return trace
+
+    ref, _, _ = run_chain(small_chain(split_merge_with(spread)), compile=False, before=before)
+    n_ref = len(calls)
+    got, _, _ = run_chain(small_chain(split_merge_with(spread)), compile=True, before=before)
+    assert ref == got
+    assert len(calls) == n_ref
+
+
+def test_python_random_inside_the_transform():
+    """A (broken) transform using random numbers: the interpreter draws on every move."""
+    same_chain(small_chain(split_merge_with(lambda u, mu: u * (1.0 + random.random()))))
+
+
+def test_torch_random_inside_the_transform():
+    same_chain(small_chain(split_merge_with(lambda u, mu: u * (1.0 + float(torch.rand(()))))))
+
+
+# ---------------------------------------------------------------------------
+# continuous control flow
+# ---------------------------------------------------------------------------
+def test_if_on_a_read_value():
+    def spread(u, mu):
+        if u > 0.5:
+            return u * 2.0
+        return u / 2.0
+
+    pictures, _ = same_chain(small_chain(split_merge_with(spread)))
+
+
+def test_max_min_abs_of_traced_values():
+    same_chain(small_chain(split_merge_with(lambda u, mu: max(u, mu) - min(u, 0.1 * mu) + abs(u))))
+
+
+def test_comparison_of_two_reads_that_flips():
+    def spread(u, mu):
+        return u * 2.0 if mu > u else u - 0.5
+
+    same_chain(small_chain(split_merge_with(spread)), steps=60)
+
+
+def test_float_and_int_of_traced_values():
+    """``float(u)`` (the value without its derivative) in a branch; ``int(mu)`` as a count."""
+    def spread(u, mu):
+        if float(u) > 0.0:
+            return u * (1 + int(abs(float(mu))) % 3)
+        return u
+
+    same_chain(small_chain(split_merge_with(spread)))
+
+
+def test_item_and_bool_of_traced_values():
+    def spread(u, mu):
+        return u * 2.0 if bool(u) and u.item() < 1.0 else u
+
+    same_chain(small_chain(split_merge_with(spread)))
+
+
+# ---------------------------------------------------------------------------
+# discrete values used in Python ways
+# ---------------------------------------------------------------------------
+DISCRETE_SCALES = {1: 2.0, 3: 0.5}
+
+
+def _sm_discrete(scale_of_k):
+    """small split/merge whose spread depends on the discrete k through ``scale_of_k(k)``."""
+    def body(model_in, aux_in, model_out, aux_out):
+        k = read(model_in["k"], discrete)
+        split = True if k == 1 else (False if k == KMAX else read(aux_in["split"], discrete))
+        if split:
+            write(model_out["k"], k + 1, discrete)
+            if k + 1 == 2:
+                write(aux_out["split"], False, discrete)
+            mu = read(model_in["mu", k], continuous)
+            d = read(aux_in["u"], continuous) * scale_of_k(k)
+            write(model_out["mu", k], mu - d, continuous)
+            write(model_out["mu", k + 1], mu + d, continuous)
+        else:
+            write(model_out["k"], k - 1, discrete)
+            if k - 1 == 2:
+                write(aux_out["split"], True, discrete)
+            mu1 = read(model_in["mu", k - 1], continuous)
+            mu2 = read(model_in["mu", k], continuous)
+            write(model_out["mu", k - 1], (mu1 + mu2) / 2, continuous)
+            write(aux_out["u"], (mu2 - mu1) / (2 * scale_of_k(k - 1)), continuous)
+    return body
+
+
+@pytest.mark.parametrize("name, scale_of_k", [
+    ("dict.get (a miss calls no __eq__)", lambda k: DISCRETE_SCALES.get(k, 1.0)),
+    ("set membership (hash only)", lambda k: 2.0 if k in {2, 3} else 1.0),
+    ("isinstance", lambda k: 2.0 if isinstance(k, int) and k > 1 else 1.0),
+    ("modulo", lambda k: 1.0 + k % 2),
+    ("floor division", lambda k: 1.0 + k // 2),
+    ("true division", lambda k: 1.0 + k / 4),
+    ("float()", lambda k: float(k)),
+    ("power", lambda k: 1.5 ** k),
+    ("str/f-string", lambda k: 1.0 + len(f"{k}{'x' * k}") / 10),
+    ("math.log", lambda k: 1.0 + math.log(k)),
+    ("bit operations", lambda k: 1.0 + (k ^ 1) + (k & 2)),
+    ("tensor of k", lambda k: torch.tensor(float(k), dtype=torch.float64).sqrt()),
+    ("list index of k", lambda k: [0.5, 1.0, 2.0, 4.0][k]),
+    ("tuple index and negative", lambda k: (0.5, 1.0, 2.0, 4.0)[-k]),
+])
+def test_discrete_value_used_in_python(name, scale_of_k):
+    same_chain(small_chain(_sm_discrete(scale_of_k)), steps=30)
+
+
+def test_discrete_times_continuous():
+    """``u * k`` and ``k * u``: a discrete value in a continuous formula."""
+    same_chain(small_chain(_sm_discrete(lambda k: k), split_merge_with(lambda u, mu: u * 1.0)), steps=30)
+
+
+def test_try_except_around_an_operation_the_tracer_may_not_model():
+    """A transform's own try/except must take the same branch as the interpreter's."""
+    def scale_of_k(k):
+        try:
+            return 1.0 + k % 2
+        except TypeError:
+            return 10.0
+
+    same_chain(small_chain(_sm_discrete(scale_of_k)), steps=30)
+
+
+def test_try_except_exception_around_continuous_ops():
+    def spread(u, mu):
+        try:
+            return u * (1 + round(float(mu)) % 2)
+        except Exception:       # noqa: BLE001 -- what a user writes
+            return u * 3.0
+
+    same_chain(small_chain(split_merge_with(spread)))
+
+
+def test_try_except_attribute_error_on_traced_values():
+    def spread(u, mu):
+        try:
+            return u * mu.abs().exp() / mu.abs().exp()
+        except AttributeError:
+            return u * 3.0
+
+    same_chain(small_chain(split_merge_with(spread)))
+
+
+def test_users_own_value_error_propagates_identically():
+    def spread(u, mu):
+        if u > 1.2:
+            raise ValueError(f"u too large: {float(u):.3f}")
+        return u
+
+    pictures, _ = same_chain(small_chain(split_merge_with(spread)), steps=60)
+    assert outcomes(pictures)[2] > 0
+
+
+def test_transform_reads_the_input_trace_object():
+    """``model_in.trace`` bypasses read(): a discrete fact taken from it must still be right."""
+    def body(model_in, aux_in, model_out, aux_out):
+        scale = 2.0 if model_in.trace["k"] == 2 else 1.0
+        return _sm_discrete(lambda k: scale)(model_in, aux_in, model_out, aux_out)
+
+    same_chain(small_chain(body), steps=30)
+
+
+def test_exists_inside_the_transform():
+    def body(model_in, aux_in, model_out, aux_out):
+        scale = 2.0 if il.exists(model_in["mu", 2]) else 1.0
+        return _sm_discrete(lambda k: scale)(model_in, aux_in, model_out, aux_out)
+
+    same_chain(small_chain(body), steps=30)
+
+
+# ---------------------------------------------------------------------------
+# discrete structure that the branch key does not see
+# ---------------------------------------------------------------------------
+@il.gen
+def gated():
+    """``extra`` exists when ``m`` and k == 2; ``m`` is untouched by the transform."""
+    m = il.bernoulli(0.5) @ "m"
+    k = il.uniform_discrete(1, 2) @ "k"
+    il.normal(0.0, 1.0) @ "a"
+    if m and k == 2:
+        il.normal(0.0, 1.0) @ "extra"
+
+
+@il.gen
+def gated_aux(trace):
+    il.normal(0.0, 1.0) @ "u"
+
+
+@il.transform
+def _flip_k_shift_a(model_in, aux_in, model_out, aux_out):
+    k = read(model_in["k"], discrete)
+    write(model_out["k"], 3 - k, discrete)
+    a = read(model_in["a"], continuous)
+    u = read(aux_in["u"], continuous)
+    write(model_out["a"], a + u, continuous)
+    write(aux_out["u"], -u, continuous)
+
+
+def flip_m_every(period, extra=None):
+    def before(i, trace):
+        if i % period == period - 1:
+            m = not trace["m"]
+            cons = {"m": m}
+            if m and trace["k"] == 2:
+                cons["extra"] = 0.25 if extra is None else extra
+            trace, _, _ = trace.update(cons)
+        return trace
+    return before
+
+
+def test_new_address_needed_only_for_some_untouched_values():
+    """With m, k = 1 -> 2 needs ``extra``, which the transform does not write."""
+    def build():
+        trace, _ = gated.generate((), {"m": False, "k": 1})
+        f = il.transform(_flip_k_shift_a.fn)
+        return Kernels(trace, [(gated_aux, (), f)])
+
+    pictures, _ = same_chain(build, steps=60, before=flip_m_every(13))
+    assert outcomes(pictures)[2] > 0 and outcomes(pictures)[0] > 0
+
+
+def _to_k1_shift_a(model_in, aux_in, model_out, aux_out):
+    read(model_in["k"], discrete)
+    write(model_out["k"], 1, discrete)
+    a = read(model_in["a"], continuous)
+    u = read(aux_in["u"], continuous)
+    write(model_out["a"], a + u, continuous)
+    write(aux_out["u"], -u, continuous)
+
+
+def test_untouched_continuous_address_disappears_after_compiling():
+    """With m, k = 2 -> 1 drops ``extra`` unread: the lost-input error, also on keys
+    compiled while m was False (the hook sets k = 2 every fourth move)."""
+    def build():
+        trace, _ = gated.generate((), {"m": False, "k": 2})
+        return Kernels(trace, [(gated_aux, (), il.transform(_to_k1_shift_a))])
+
+    def before(i, trace):
+        cons = {}
+        m = trace["m"]
+        if i % 13 == 12:
+            m = cons["m"] = not m
+        if i % 4 == 3:
+            cons["k"] = 2
+        if cons:
+            if m and cons.get("k", trace["k"]) == 2 and "extra" not in trace:
+                cons["extra"] = 0.25
+            trace, _, _ = trace.update(cons)
+        return trace
+
+    pictures, _ = same_chain(build, steps=60, before=before)
+    assert outcomes(pictures)[2] > 0 and outcomes(pictures)[0] > 0
+    assert any("disappears" in p[2] for p in pictures if p[0] == "raised")
+
+
+@il.gen
+def kind_switch():
+    """``z`` is a count when k > m and a real number otherwise; m is never read."""
+    m = il.uniform_discrete(0, 1) @ "m"
+    k = il.uniform_discrete(0, 1) @ "k"
+    if k > m:
+        il.poisson(3.0) @ "z"
+    else:
+        il.normal(0.0, 1.0) @ "z"
+    il.normal(0.0, 1.0) @ "a"
+
+
+@il.gen
+def u_aux(trace):
+    il.normal(0.0, 1.0) @ "u"
+
+
+def test_kept_value_changes_kind_only_for_some_untouched_values():
+    def build():
+        trace, _ = kind_switch.generate((), {"m": 1, "k": 0, "z": 0.5})
+        return Kernels(trace, [(u_aux, (), il.transform(_flip_k_one))])
+
+    def before(i, trace):
+        if i % 11 == 10:
+            m = 1 - trace["m"]
+            cons = {"m": m}
+            kind_discrete = trace["k"] > m
+            cons["z"] = 2 if kind_discrete else 0.5
+            trace, _, _ = trace.update(cons)
+        return trace
+
+    pictures, _ = same_chain(build, steps=60, before=before)
+    assert outcomes(pictures)[2] > 0 and outcomes(pictures)[0] > 0
+
+
+def _flip_k_one(model_in, aux_in, model_out, aux_out):
+    k = read(model_in["k"], discrete)
+    write(model_out["k"], 1 - k, discrete)
+    a = read(model_in["a"], continuous)
+    u = read(aux_in["u"], continuous)
+    write(model_out["a"], a + u, continuous)
+    write(aux_out["u"], -u, continuous)
+
+
+@il.gen
+def label_switch():
+    """``y`` (k = 2 only) is a count when m and a real number otherwise."""
+    m = il.bernoulli(0.5) @ "m"
+    k = il.uniform_discrete(1, 2) @ "k"
+    if k == 2:
+        (il.poisson(3.0) if m else il.normal(0.0, 1.0)) @ "y"
+
+
+@il.gen
+def label_aux(trace):
+    if trace["k"] == 1:
+        il.normal(0.0, 1.0) @ "u"
+
+
+def _birth_y(model_in, aux_in, model_out, aux_out):
+    k = read(model_in["k"], discrete)
+    write(model_out["k"], 3 - k, discrete)
+    if k == 1:
+        write(model_out["y"], read(aux_in["u"], continuous) * 2.0, continuous)
+    else:
+        write(aux_out["u"], read(model_in["y"], continuous) / 2.0, continuous)
+
+
+def test_write_and_read_labels_against_a_kind_the_key_does_not_see():
+    """With m, ``y`` is a count: writing it as continuous and reading it as continuous are
+    label errors, also on keys compiled while y was real."""
+    def build():
+        trace, _ = label_switch.generate((), {"m": False, "k": 1})
+        return Kernels(trace, [(label_aux, (), il.transform(_birth_y))])
+
+    def before(i, trace):
+        if i % 13 == 12:
+            m = not trace["m"]
+            cons = {"m": m}
+            if trace["k"] == 2:
+                cons["y"] = 2 if m else 0.5
+            trace, _, _ = trace.update(cons)
+        return trace
+
+    pictures, _ = same_chain(build, steps=70, before=before)
+    assert outcomes(pictures)[2] > 0 and outcomes(pictures)[0] > 0
+
+
+@il.gen
+def ordered(flip_order):
+    """The same choices in an order that depends on an untouched value (row order of J)."""
+    f = il.bernoulli(0.5) @ "f"
+    if f:
+        il.normal(0.0, 1.0) @ "a"
+        il.normal(0.0, 1.0) @ "b"
+        il.normal(0.0, 1.0) @ "c"
+    else:
+        il.normal(0.0, 1.0) @ "c"
+        il.normal(0.0, 1.0) @ "b"
+        il.normal(0.0, 1.0) @ "a"
+
+
+@il.gen
+def abc_aux(trace):
+    il.normal(0.0, 1.0) @ "u"
+
+
+def _mix_abc(model_in, aux_in, model_out, aux_out):
+    a, b, c = (read(model_in[n], continuous) for n in "abc")
+    u = read(aux_in["u"], continuous)
+    write(model_out["a"], a + b * 0.3 + c * 1.7 + u, continuous)
+    write(model_out["b"], a * 1.7 - b + c * 0.3 - u * 0.1, continuous)
+    write(model_out["c"], a * 0.3 + b * 1.7 - c + u * 2.3, continuous)
+    write(aux_out["u"], a - b + c * 0.9 - u * 1.1, continuous)
+
+
+def test_address_order_depends_on_an_untouched_value():
+    """LU pivot ties make row order matter bit for bit; the order here is decided by f."""
+    def build():
+        trace, _ = ordered.generate((False,), {"f": True})
+        return Kernels(trace, [(abc_aux, (), il.transform(_mix_abc))])
+
+    def before(i, trace):
+        if i % 7 == 6:
+            trace, _, _ = trace.update({"f": not trace["f"], "a": trace["a"], "b": trace["b"],
+                                        "c": trace["c"]})
+        return trace
+
+    same_chain(build, steps=50, before=before, deep=True)
+
+
+# reads of ("mu", j) and ("mu", k) when j == k; a double write when j == k
+@il.gen
+def jk_aux(trace):
+    il.uniform_discrete(1, trace["k"]) @ "j"
+    il.normal(0.0, 1.0) @ "u"
+
+
+def _jk_body(model_in, aux_in, model_out, aux_out):
+    k = read(model_in["k"], discrete)
+    j = read(aux_in["j"], discrete)
+    copy(aux_in["j"], aux_out["j"])
+    a = read(model_in["mu", j], continuous)
+    b = read(model_in["mu", k], continuous)
+    u = read(aux_in["u"], continuous)
+    write(model_out["mu", j], a + 0.5 * b + u, continuous)
+    write(aux_out["u"], -u, continuous)
+
+
+def _jk_double(model_in, aux_in, model_out, aux_out):
+    k = read(model_in["k"], discrete)
+    j = read(aux_in["j"], discrete)
+    copy(aux_in["j"], aux_out["j"])
+    a = read(model_in["mu", j], continuous)
+    u = read(aux_in["u"], continuous)
+    write(model_out["mu", j], a + u, continuous)
+    if j != 1:
+        write(model_out["mu", k], read(model_in["mu", k], continuous) * 1.0, continuous)
+    write(aux_out["u"], -u, continuous)
+
+
+@pytest.mark.parametrize("body", [_jk_body, _jk_double], ids=["reads-j-and-k", "double-write-j-eq-k"])
+def test_same_address_through_two_discrete_values(body):
+    def build():
+        trace, _ = small.generate((), {"k": 3})
+        return Kernels(trace, [(jk_aux, (), il.transform(body))])
+
+    same_chain(build, steps=60, deep=True)
+
+
+def _dim_when_equal(model_in, aux_in, model_out, aux_out):
+    k = read(model_in["k"], discrete)
+    j = read(aux_in["j"], discrete)
+    copy(aux_in["j"], aux_out["j"])
+    a = read(model_in["mu", j], continuous)
+    u = read(aux_in["u"], continuous)
+    write(model_out["mu", j], a + u, continuous)
+    if j != k:
+        write(aux_out["u"], -u, continuous)      # j == k: aux_out["u"] is missing
+
+
+def test_error_only_for_some_discrete_values():
+    def build():
+        trace, _ = small.generate((), {"k": 3})
+        return Kernels(trace, [(jk_aux, (), il.transform(_dim_when_equal))])
+
+    pictures, _ = same_chain(build, steps=60)
+    assert outcomes(pictures)[2] > 0 and outcomes(pictures)[0] + outcomes(pictures)[1] > 0
+
+
+def test_same_address_read_twice():
+    def spread(u, mu):
+        return u
+
+    def body(model_in, aux_in, model_out, aux_out):
+        k = read(model_in["k"], discrete)
+        if k > 1:
+            again = read(model_in["mu", 1], continuous)
+            again2 = read(model_in["mu", 1], continuous)
+            assert again is not None and again2 is not None
+        return split_merge_with(spread)(model_in, aux_in, model_out, aux_out)
+
+    same_chain(small_chain(body), steps=40)
+
+
+# ---------------------------------------------------------------------------
+# numerics
+# ---------------------------------------------------------------------------
+@il.gen
+def one_a():
+    il.normal(0.0, 1.0) @ "a"
+    il.normal(0.0, 1.0) @ "b"
+
+
+def _ab_body(formula):
+    def body(model_in, aux_in, model_out, aux_out):
+        a = read(model_in["a"], continuous)
+        b = read(model_in["b"], continuous)
+        u = read(aux_in["u"], continuous)
+        write(model_out["a"], formula(a, u), continuous)
+        write(model_out["b"], b + u * 0.5, continuous)
+        write(aux_out["u"], -u, continuous)
+    return body
+
+
+def set_a(values):
+    """before(): on some moves set ``a`` to a special value (0, a negative, inf), and back
+    to 0.5 on the move after (a move that raises leaves the trace as it was)."""
+    def before(i, trace):
+        v = values.get(i % 10)
+        if v is None and (i - 1) % 10 in values:
+            v = 0.5
+        if v is not None:
+            trace, _, _ = trace.update({"a": v})
+        return trace
+    return before
+
+
+@pytest.mark.parametrize("name, formula, values", [
+    ("division by zero", lambda a, u: u / a + a, {3: 0.0, 7: -0.0}),
+    ("sqrt of a negative", lambda a, u: torch.sqrt(a) + u, {2: 4.0, 5: -1.0}),
+    ("log of zero", lambda a, u: torch.log(a * a) + u, {4: 0.0}),
+    ("inf - inf (nan) on overflow", lambda a, u: a + u + (torch.exp(a * 300) - torch.exp(a * 300)), {6: 3.0}),
+    ("inf value", lambda a, u: a * 2.0 + u, {6: float("inf")}),
+    ("pow of a negative", lambda a, u: a ** 2.5 + u, {1: 2.0, 3: -2.0}),
+    ("0/0 in a derivative", lambda a, u: torch.sqrt(a * a) + u, {5: 0.0}),
+])
+def test_numerical_edge_cases(name, formula, values):
+    def build():
+        trace, _ = one_a.generate((), {"a": 1.0})
+        return Kernels(trace, [(u_aux, (), il.transform(_ab_body(formula)))])
+
+    same_chain(build, steps=40, before=set_a(values))
+
+
+def test_python_int_written_into_a_continuous_address():
+    def body(model_in, aux_in, model_out, aux_out):
+        a = read(model_in["a"], continuous)
+        b = read(model_in["b"], continuous)
+        u = read(aux_in["u"], continuous)
+        write(model_out["a"], b, continuous)
+        write(model_out["b"], a, continuous)
+        write(aux_out["u"], 1 if u > 1.0 else -u, continuous)
+
+    def build():
+        trace, _ = one_a.generate((), {"a": 1.0})
+        return Kernels(trace, [(u_aux, (), il.transform(body))])
+
+    pictures, _ = same_chain(build, steps=60)
+
+
+def test_float32_tensors_inside_the_transform():
+    c32 = torch.tensor(0.3, dtype=torch.float32)
+
+    def build():
+        trace, _ = one_a.generate((), {"a": 1.0})
+        return Kernels(trace, [(u_aux, (), il.transform(_ab_body(lambda a, u: a + u * c32)))])
+
+    same_chain(build, steps=30)
+
+
+def test_float32_input_values():
+    def build():
+        trace, _ = one_a.generate((), {"a": torch.tensor(0.1, dtype=torch.float32),
+                                        "b": torch.tensor(0.7, dtype=torch.float32)})
+        return Kernels(trace, [(u_aux, (), il.transform(_ab_body(lambda a, u: a * 1.1 + u)))])
+
+    same_chain(build, steps=30)
+
+
+# ---------------------------------------------------------------------------
+# Python features
+# ---------------------------------------------------------------------------
+@il.transform
+def _scaled_shift(model_in, aux_in, model_out, aux_out, scale):
+    a = read(model_in["a"], continuous)
+    u = read(aux_in["u"], continuous)
+    write(model_out["a"], a + u * scale, continuous)
+    write(aux_out["u"], -u, continuous)
+
+
+TCALL_SCALE = 1.0
+
+
+def test_tcall_of_a_sub_transform_with_changing_arguments():
+    def body(model_in, aux_in, model_out, aux_out):
+        tcall(_scaled_shift, TCALL_SCALE)
+        b = read(model_in["b"], continuous)
+        write(model_out["b"], b, continuous)
+
+    def before(i, trace):
+        global TCALL_SCALE
+        TCALL_SCALE = 1.0 if i < 20 else 2.5
+        return trace
+
+    def build():
+        trace, _ = one_a.generate((), {"a": 1.0})
+        return Kernels(trace, [(u_aux, (), il.transform(body))])
+
+    try:
+        same_chain(build, steps=40, before=before)
+    finally:
+        globals()["TCALL_SCALE"] = 1.0
+
+
+def test_tcall_sub_transform_with_compile_false():
+    """The outer transform compiles; its sub-transform says compile=False."""
+    sub = il.transform(_scaled_shift.fn, compile=False)
+
+    def body(model_in, aux_in, model_out, aux_out):
+        tcall(sub, 0.5)
+        write(model_out["b"], read(model_in["b"], continuous) * 1.0, continuous)
+
+    def build():
+        trace, _ = one_a.generate((), {"a": 1.0})
+        return Kernels(trace, [(u_aux, (), il.transform(body))])
+
+    same_chain(build, steps=30)
+
+
+def test_one_trace_transform():
+    def swap(t_in, t_out):
+        a = read(t_in["a"], continuous)
+        b = read(t_in["b"], continuous)
+        write(t_out["a"], -b, continuous)
+        write(t_out["b"], a * 2.0, continuous)
+
+    def build():
+        trace, _ = one_a.generate((), {"a": 1.0})
+        return Kernels(trace, [(None, (), il.transform(swap))])
+
+    same_chain(build, steps=30, deep=True)
+
+
+@il.gen
+def vec_model():
+    k = il.uniform_discrete(2, 4) @ "k"
+    for j in range(1, k + 1):
+        il.normal(0.0, 1.0) @ ("mu", j)
+    il.dirichlet(torch.full((k,), 2.0, dtype=torch.float64)) @ "w"
+
+
+@il.gen
+def vec_aux(trace):
+    il.uniform_discrete(1, trace["k"]) @ "j"
+    il.normal(0.0, 0.5) @ "u"
+
+
+def _loops_and_stacks(model_in, aux_in, model_out, aux_out):
+    k = read(model_in["k"], discrete)
+    j = read(aux_in["j"], discrete)
+    copy(aux_in["j"], aux_out["j"])
+    u = read(aux_in["u"], continuous)
+    mus = [read(model_in["mu", i], continuous) for i in range(1, k + 1)]
+    total = torch.stack(mus).sum()
+    shifted = [m + u * 0.1 if i + 1 == j else m for i, m in enumerate(mus)]
+    for i in range(1, k + 1):
+        write(model_out["mu", i], shifted[i - 1], continuous)
+    w = read(model_in["w"], continuous)
+    order = list(range(k))
+    order[j - 1], order[k - 1] = k - 1, j - 1
+    moved = w[order] * torch.exp(torch.stack([u * 0.0 + 0.01 * i for i in range(k)]))
+    write(model_out["w"], moved / moved.sum(), continuous)
+    write(aux_out["u"], -u + total * 0.0, continuous)
+
+
+def test_loops_comprehensions_stack_exp_sum_fancy_indexing():
+    def build():
+        trace, _ = vec_model.generate((), {"k": 3})
+        return Kernels(trace, [(vec_aux, (), il.transform(_loops_and_stacks))])
+
+    def before(i, trace):
+        if i % 9 == 8:
+            k = 2 + (trace["k"] - 1) % 3
+            trace, _ = vec_model.generate((), {"k": k})
+        return trace
+
+    same_chain(build, steps=50, before=before, deep=True)
+
+
+def test_generator_and_enumerate_over_reads():
+    def body(model_in, aux_in, model_out, aux_out):
+        k = read(model_in["k"], discrete)
+        j = read(aux_in["j"], discrete)
+        copy(aux_in["j"], aux_out["j"])
+        u = read(aux_in["u"], continuous)
+        vals = list(read(model_in["mu", i], continuous) for i in range(1, k + 1))
+        s = sum(vals)
+        for i, v in enumerate(vals, start=1):
+            write(model_out["mu", i], v + u if i == j else v, continuous)
+        write(aux_out["u"], -u + s * 0.0, continuous)
+        copy(model_in["w"], model_out["w"])
+
+    def build():
+        trace, _ = vec_model.generate((), {"k": 3})
+        return Kernels(trace, [(vec_aux, (), il.transform(body))])
+
+    same_chain(build, steps=40)
+
+
+def test_in_place_operator_inside_the_transform():
+    def spread(u, mu):
+        d = u * 1.0
+        d += mu * 0.1
+        return d
+
+    same_chain(small_chain(split_merge_with(spread)))
+
+
+def test_transform_return_value_is_kept():
+    def body(model_in, aux_in, model_out, aux_out):
+        split_merge_with(lambda u, mu: u)(model_in, aux_in, model_out, aux_out)
+        return read(model_in["k"], discrete) * 10
+
+    same_chain(small_chain(body))
+
+
+# ---------------------------------------------------------------------------
+# threads
+# ---------------------------------------------------------------------------
+def test_two_chains_in_two_threads_equal_their_serial_runs():
+    data = mixture.synthetic_data(40, seed=7)
+    start = mixture.initial_trace(data, k=2)
+
+    def kernel(compile):
+        fs = [il.transform(getattr(mixture, n).fn, name=n) for n in ("split_merge", "move_cluster")]
+        for f in fs:
+            f.compile = compile
+        return il.cycle(il.InvolutiveKernel(mixture.split_merge_aux, (), fs[0]),
+                        il.InvolutiveKernel(mixture.move_cluster_aux, (0.5, 0.3), fs[1])), fs
+
+    serial_kernel, _ = kernel(False)
+    serial = il.run_chains(serial_kernel, start, 40, chains=2, executor="serial", seed=11,
+                           record=["k"], progress=False)
+    threaded_kernel, fs = kernel(True)
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        threaded = il.run_chains(threaded_kernel, start, 40, chains=2, executor=ex, seed=11,
+                                 record=["k"], progress=False)
+    for c in range(2):
+        a, b = serial.traces[c], threaded.traces[c]
+        assert trace_picture(a) == trace_picture(b), f"chain {c} differs"
+    assert bits(serial.values("k")) == bits(threaded.values("k"))
+
+
+# ---------------------------------------------------------------------------
+# records and the widgets' inputs after a compiled move
+# ---------------------------------------------------------------------------
+def test_records_and_widget_inputs_after_compiled_moves():
+    from imcmc_lab.widgets.jacobian import layout, render_matrix
+    from imcmc_lab.widgets.schematic import Stages, render_frame
+
+    data = mixture.synthetic_data(30, seed=9)
+
+    def records(compile):
+        torch.manual_seed(4)
+        trace = mixture.initial_trace(data, k=3)
+        f = il.transform(mixture.split_merge.fn, name="split_merge")
+        f.compile = compile
+        out = []
+        for i in range(40):
+            rec = involutive_move(trace, mixture.split_merge_aux, (), f)
+            trace = rec.trace
+            if i >= 30:
+                stages = Stages(rec)
+                out.append((record_picture(rec, deep=True),
+                            [render_frame(stages, frame) for frame in range(3)],
+                            render_matrix(layout(rec.jacobian)),
+                            bits(rec.application.run.floats)))
+        return out, f
+
+    ref, _ = records(False)
+    got, f = records(True)
+    assert f.compiled.hits > 5
+    for i, (a, b) in enumerate(zip(ref, got)):
+        assert a == b, f"record {i}: {first_difference(a, b)}"
