@@ -1329,3 +1329,391 @@ def test_records_and_widget_inputs_after_compiled_moves():
     assert f.compiled.hits > 5
     for i, (a, b) in enumerate(zip(ref, got)):
         assert a == b, f"record {i}: {first_difference(a, b)}"
+
+
+# ---------------------------------------------------------------------------
+# more: identity, types, proxies leaking, same code with other closures, other models
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name, test", [
+    ("is True", lambda split: split is True),
+    ("is not False", lambda split: split is not False),
+    ("type() is bool", lambda split: type(split) is bool and bool(split)),
+    ("__class__", lambda split: split.__class__ is bool and split),
+])
+def test_identity_tests_on_a_discrete_read(name, test):
+    """``split is True`` cannot be intercepted by a proxy: the branch must still be right."""
+    def body(model_in, aux_in, model_out, aux_out):
+        k = read(model_in["k"], discrete)
+        split = True if k == 1 else (False if k == KMAX else read(aux_in["split"], discrete))
+        factor = 2.0 if test(split) else 1.0
+        return _sm_discrete(lambda kk: factor)(model_in, aux_in, model_out, aux_out)
+
+    same_chain(small_chain(body, k=2), steps=40)
+
+
+@pytest.mark.parametrize("name, new_k, new_split", [
+    ("k + 0 and split + 0", lambda k: k + 1 + 0, lambda s: s + 0),
+    ("k * 1 and split * 1", lambda k: (k + 1) * 1, lambda s: s * 1),
+    ("True + k - True", lambda k: True + k, lambda s: s - 0),
+    ("-(-x)", lambda k: -(-(k + 1)), lambda s: -(-s)),
+    ("not not", lambda k: k + 1, lambda s: not (not s)),
+    ("int(split)", lambda k: k + 1, lambda s: int(s)),
+    ("bool(split + 0)", lambda k: k + 1, lambda s: bool(s + 0)),
+])
+def test_types_of_discrete_values_written(name, new_k, new_split):
+    """The value written (bool vs int) is what the new trace holds: identities must keep types."""
+    def body(model_in, aux_in, model_out, aux_out):
+        k = read(model_in["k"], discrete)
+        split = True if k == 1 else (False if k == KMAX else read(aux_in["split"], discrete))
+        if split:
+            write(model_out["k"], new_k(k), discrete)
+            if k + 1 == 2:
+                write(aux_out["split"], new_split(False), discrete)
+            mu = read(model_in["mu", k], continuous)
+            d = read(aux_in["u"], continuous)
+            write(model_out["mu", k], mu - d, continuous)
+            write(model_out["mu", k + 1], mu + d, continuous)
+        else:
+            write(model_out["k"], k - 1, discrete)
+            if k - 1 == 2:
+                write(aux_out["split"], new_split(not split), discrete)
+            mu1 = read(model_in["mu", k - 1], continuous)
+            mu2 = read(model_in["mu", k], continuous)
+            write(model_out["mu", k - 1], (mu1 + mu2) / 2, continuous)
+            write(aux_out["u"], (mu2 - mu1) / 2, continuous)
+
+    same_chain(small_chain(body, k=2), steps=40)
+
+
+@pytest.mark.parametrize("name, formula", [
+    ("a", lambda a: a),
+    ("a * 1.0", lambda a: a * 1.0),
+    ("1.0 * a", lambda a: 1.0 * a),
+    ("a + 0.0", lambda a: a + 0.0),
+    ("0.0 + a", lambda a: 0.0 + a),
+    ("a - 0.0", lambda a: a - 0.0),
+    ("-(-a)", lambda a: -(-a)),
+    ("a / 1.0", lambda a: a / 1.0),
+    ("a * -1.0 * -1.0", lambda a: a * -1.0 * -1.0),
+    ("a ** 1", lambda a: a ** 1),
+    ("(a * 3.0) / 3.0", lambda a: (a * 3.0) / 3.0),
+    ("a + a - a", lambda a: a + a - a),
+])
+def test_pass_through_identities_and_the_sign_of_zero(name, formula):
+    """Writes that are (nearly) the read value: pass-through detection and -0.0 + 0.0 == 0.0."""
+    def body(model_in, aux_in, model_out, aux_out):
+        a = read(model_in["a"], continuous)
+        b = read(model_in["b"], continuous)
+        u = read(aux_in["u"], continuous)
+        write(model_out["a"], formula(a), continuous)
+        write(model_out["b"], b + u, continuous)
+        write(aux_out["u"], -u, continuous)
+
+    def build():
+        trace, _ = one_a.generate((), {"a": -0.0})
+        return Kernels(trace, [(u_aux, (), il.transform(body))])
+
+    same_chain(build, steps=30, deep=True, before=set_a({3: -0.0, 6: 0.0}))
+
+
+def test_same_code_with_other_closures_in_one_chain():
+    """Two transforms from one factory share their code object, not their closure cells."""
+    same_chain(small_chain(split_merge_with(lambda u, mu: u), split_merge_with(lambda u, mu: 2.0 * u),
+                           split_merge_with(lambda u, mu: u), split_merge_with(lambda u, mu: 0.5 * u)),
+               steps=60)
+
+
+@il.gen
+def one_a_reordered():
+    il.normal(0.0, 1.0) @ "b"
+    il.normal(0.0, 2.0) @ "a"
+
+
+@il.gen
+def one_a_gamma():
+    il.gamma(2.0, 1.0) @ "a"
+    il.normal(0.0, 1.0) @ "b"
+
+
+@il.gen
+def one_a_discrete():
+    il.poisson(2.0) @ "a"
+    il.normal(0.0, 1.0) @ "b"
+
+
+@pytest.mark.parametrize("other", [one_a_reordered, one_a_gamma, one_a_discrete])
+def test_one_transform_on_two_models_alternately(other):
+    """The same transform object serves two models with the same addresses (other order,
+    other distribution, other kind): a key compiled on one must not serve the other."""
+    body = _ab_body(lambda a, u: a + u * 0.5)
+
+    def build():
+        t1, _ = one_a.generate((), {"a": 0.3})
+        t2, _ = other.generate((), {"a": 2})
+        k = Kernels(t1, [(u_aux, (), il.transform(body))])
+        k.states = [t1, t2]
+        return k
+
+    holder = {}
+
+    def build_keep():
+        holder["k"] = build()
+        return holder["k"]
+
+    def before(i, trace):
+        states = holder["k"].states
+        if i > 0:
+            states[(i - 1) % 2] = trace
+        return states[i % 2]
+
+    ref, ref_final, _ = run_chain(build_keep, 40, False, before=before)
+    got, got_final, _ = run_chain(build_keep, 40, True, before=before)
+    for i, (a, b) in enumerate(zip(ref, got)):
+        assert a == b, f"move {i}: {first_difference(a, b)}"
+    assert ref_final == got_final
+
+
+@il.gen
+def switch_aux(trace):
+    """Samples "u" or "v" depending on a model value the transform never reads."""
+    if trace["b"] > 0:
+        il.normal(0.0, 1.0) @ "u"
+    else:
+        il.normal(0.0, 1.0) @ "v"
+
+
+def test_missing_aux_address_on_a_compiled_key():
+    def build():
+        trace, _ = one_a.generate((), {"a": 0.3, "b": 1.0})
+        return Kernels(trace, [(switch_aux, (), il.transform(_ab_body(lambda a, u: a + u)))])
+
+    def before(i, trace):
+        if i % 9 == 8:
+            trace, _, _ = trace.update({"b": -trace["b"]})
+        return trace
+
+    pictures, _ = same_chain(build, steps=50, before=before)
+    assert outcomes(pictures)[2] > 0
+
+
+HISTORY = []
+
+
+def test_traced_values_stored_by_the_transform():
+    """A transform that keeps its values in a global list: what the user finds there."""
+    def spread(u, mu):
+        HISTORY.append(u)
+        return u
+
+    def summary():
+        return [(type(h).__name__, float(h)) for h in HISTORY]
+
+    HISTORY.clear()
+    run_chain(small_chain(split_merge_with(spread)), compile=False)
+    ref = summary()
+    HISTORY.clear()
+    run_chain(small_chain(split_merge_with(spread)), compile=True)
+    got = summary()
+    HISTORY.clear()
+    assert ref == got
+
+
+def test_numpy_scalars_with_traced_values():
+    import numpy as np
+    same_chain(small_chain(split_merge_with(lambda u, mu: np.float64(0.5) * u + u * np.float64(0.25))))
+
+
+def test_sorted_and_torch_sort_of_reads():
+    def spread(u, mu):
+        lo, hi = sorted([u, mu * 0.1])
+        return hi - lo + torch.sort(torch.stack([u, mu]))[0][0] * 0.0
+
+    same_chain(small_chain(split_merge_with(spread)))
+
+
+def test_users_torch_error_on_some_moves():
+    """torch raises inside the transform (incompatible shapes) when u < -1."""
+    def spread(u, mu):
+        if u < -1.0:
+            return torch.cat([u.reshape(1), torch.zeros(2, 2, dtype=torch.float64)]).sum()
+        return u
+
+    pictures, _ = same_chain(small_chain(split_merge_with(spread)), steps=60)
+    assert outcomes(pictures)[2] > 0
+
+
+def test_read_with_two_labels_on_some_moves():
+    def body(model_in, aux_in, model_out, aux_out):
+        k = read(model_in["k"], discrete)
+        if k == 2:
+            read(model_in["mu", 1], continuous)
+            if read(aux_in["split"], discrete):
+                read(model_in["mu", 1], discrete)
+        return split_merge_with(lambda u, mu: u)(model_in, aux_in, model_out, aux_out)
+
+    pictures, _ = same_chain(small_chain(body), steps=50)
+    assert outcomes(pictures)[2] > 0
+
+
+def test_namespace_copy():
+    """copy(model_in["mu"], ...) of a whole namespace whose size is k."""
+    @il.gen
+    def two_ns():
+        k = il.uniform_discrete(1, 3) @ "k"
+        for j in range(1, k + 1):
+            il.normal(0.0, 1.0) @ ("mu", j)
+            il.normal(0.0, 1.0) @ ("nu", j)
+
+    @il.gen
+    def nothing(trace):
+        pass
+
+    def swap_ns(model_in, aux_in, model_out, aux_out):
+        k = read(model_in["k"], discrete)
+        copy(model_in["mu"], model_out["nu"])
+        copy(model_in["nu"], model_out["mu"])
+        write(model_out["k"], k, discrete)
+
+    def build():
+        trace, _ = two_ns.generate((), {"k": 2})
+        return Kernels(trace, [(nothing, (), il.transform(swap_ns))])
+
+    def before(i, trace):
+        if i % 6 == 5:
+            trace, _ = two_ns.generate((), {"k": 1 + i % 3})
+        return trace
+
+    same_chain(build, steps=40, before=before, deep=True)
+
+
+def test_q_args_change_between_moves():
+    data = mixture.synthetic_data(30, seed=2)
+
+    def build():
+        f = il.transform(mixture.move_cluster.fn, name="move_cluster")
+        return Kernels(mixture.initial_trace(data, k=3),
+                       [(mixture.move_cluster_aux, (0.5, 0.3), f), (mixture.move_cluster_aux, (3.0, 1.0), f)])
+
+    same_chain(build, steps=60, min_hits=20)
+
+
+def test_model_arguments_change_between_moves():
+    """The data size (gmm's argument) differs between the two traces a transform alternates on."""
+    small_data, big_data = mixture.synthetic_data(20, seed=1), mixture.synthetic_data(45, seed=1)
+    holder = {}
+
+    def build():
+        t1, t2 = mixture.initial_trace(small_data, k=2), mixture.initial_trace(big_data, k=3)
+        f = il.transform(mixture.split_merge.fn, name="split_merge")
+        holder["states"] = [t1, t2]
+        return Kernels(t1, [(mixture.split_merge_aux, (), f)])
+
+    def before(i, trace):
+        states = holder["states"]
+        if i > 0:
+            states[(i - 1) % 2] = trace
+        return states[i % 2]
+
+    same_chain(build, steps=60, before=before, min_hits=10)
+
+
+# ---------------------------------------------------------------------------
+# pickling and sharing a transform whose keys were compiled
+# ---------------------------------------------------------------------------
+def warmed_split_merge(compile, moves=30, seed=3):
+    """A fresh split_merge transform after ``moves`` chained moves (keys compiled), and the trace."""
+    torch.manual_seed(seed)
+    data = mixture.synthetic_data(30, seed=seed)
+    trace = mixture.initial_trace(data, k=3)
+    f = il.transform(mixture.split_merge.fn, name="split_merge")
+    f.compile = compile
+    for _ in range(moves):
+        trace = involutive_move(trace, mixture.split_merge_aux, (), f).trace
+    return f, trace
+
+
+def continue_chain(f, trace, steps=20, seed=8):
+    torch.manual_seed(seed)
+    out = []
+    for _ in range(steps):
+        rec = involutive_move(trace, mixture.split_merge_aux, (), f)
+        out.append(record_picture(rec))
+        trace = rec.trace
+    return out
+
+
+def test_a_compiled_transform_pickles_and_continues_identically():
+    import cloudpickle
+    import pickle
+
+    f_ref, trace = warmed_split_merge(False)
+    f, trace2 = warmed_split_merge(True)
+    assert trace_picture(trace) == trace_picture(trace2)
+    assert f.compiled.hits > 0
+    copied = pickle.loads(cloudpickle.dumps(f))     # a local transform: pickled by value
+    assert copied.compile is True
+    assert continue_chain(copied, trace) == continue_chain(f_ref, trace) == continue_chain(f, trace)
+    unset = pickle.loads(cloudpickle.dumps(f_ref))
+    assert unset.compile is False
+
+
+def test_a_move_record_pickles_after_a_compiled_move():
+    import pickle
+
+    f, trace = warmed_split_merge(True)
+    torch.manual_seed(5)
+    rec = involutive_move(trace, mixture.split_merge_aux, (), f)
+    f_ref, _ = warmed_split_merge(False)
+    torch.manual_seed(5)
+    ref = involutive_move(trace, mixture.split_merge_aux, (), f_ref)
+    import cloudpickle
+    back = pickle.loads(cloudpickle.dumps(rec))
+    assert record_picture(back, deep=True) == record_picture(ref, deep=True) == record_picture(rec, deep=True)
+
+
+def app_picture(app):
+    run = app.run
+    return (bits(app.model_log_ratio), bits(app.log_q_new), trace_picture(app.new_model),
+            trace_picture(app.new_aux), app.problem, jacobian_picture(app.jacobian, False),
+            [(k, bits(w.value)) for k, w in run.writes.items()])
+
+
+def test_one_transform_object_shared_by_two_threads():
+    """apply_transform with one (compiling) transform object from two threads at once."""
+    torch.manual_seed(12)
+    data = mixture.synthetic_data(30, seed=12)
+    pairs, trace = [], mixture.initial_trace(data, k=3)
+    for i in range(60):
+        trace, _ = mixture.gmm.generate((30,), {"x": data, "k": 2 + i % 4})
+        pairs.append((trace, mixture.split_merge_aux.simulate(trace)))
+
+    def apply_all(f, chunk):
+        return [app_picture(il.apply_transform(f, x, y, mixture.split_merge_aux)) for x, y in chunk]
+
+    f_ref = il.transform(mixture.split_merge.fn, name="split_merge")
+    f_ref.compile = False
+    ref = apply_all(f_ref, pairs)
+    f = il.transform(mixture.split_merge.fn, name="split_merge")
+    apply_all(f, pairs[:10])
+    apply_all(f, pairs[:10])            # the second visit of each key compiles it
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        halves = list(ex.map(lambda chunk: apply_all(f, chunk), [pairs[0::2], pairs[1::2]]))
+    got = [None] * len(pairs)
+    got[0::2], got[1::2] = halves
+    for i, (a, b) in enumerate(zip(ref, got)):
+        assert a == b, f"pair {i}: {first_difference(a, b)}"
+    assert f.compiled.hits > 0
+
+
+def test_run_chains_in_threads_after_keys_were_compiled():
+    """The kernel is pickled to each chain after its transforms compiled keys."""
+    f_ref, start = warmed_split_merge(False)
+    f, _ = warmed_split_merge(True)
+    runs = []
+    for g, executor in ((f_ref, "serial"), (f, "threads")):
+        kernel = il.InvolutiveKernel(mixture.split_merge_aux, (), g)
+        with concurrent.futures.ThreadPoolExecutor(2) as ex:
+            runs.append(il.run_chains(kernel, start, 30, chains=2, seed=21, record=["k"], progress=False,
+                                      executor=ex if executor == "threads" else "serial"))
+    assert [trace_picture(t) for t in runs[0].traces] == [trace_picture(t) for t in runs[1].traces]
+    assert bits(runs[0].values("k")) == bits(runs[1].values("k"))
