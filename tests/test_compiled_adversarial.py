@@ -1717,3 +1717,129 @@ def test_run_chains_in_threads_after_keys_were_compiled():
                                       executor=ex if executor == "threads" else "serial"))
     assert [trace_picture(t) for t in runs[0].traces] == [trace_picture(t) for t in runs[1].traces]
     assert bits(runs[0].values("k")) == bits(runs[1].values("k"))
+
+
+# ---------------------------------------------------------------------------
+# whole kernels of the examples (random walks built from callable objects, Green's coal
+# moves, the soccer jump, HMC as an involution through model_in.trace, derived RJ moves)
+# ---------------------------------------------------------------------------
+def _transforms_and_involutive(kernel, found=None, seen=None):
+    found = found if found is not None else ([], [])
+    seen = seen if seen is not None else set()
+    if id(kernel) in seen:
+        return found
+    seen.add(id(kernel))
+    if isinstance(kernel, il.InvolutiveKernel):
+        found[1].append(kernel)
+    for value in vars(kernel).values() if hasattr(kernel, "__dict__") else ():
+        if isinstance(value, il.transform(lambda a, b: None).__class__):
+            if all(value is not f for f in found[0]):
+                found[0].append(value)
+        elif isinstance(value, il.Kernel):
+            _transforms_and_involutive(value, found, seen)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                if isinstance(v, il.Kernel):
+                    _transforms_and_involutive(v, found, seen)
+    return found
+
+
+def kernel_chain(make, steps, compile, seed=0, before=None):
+    torch.manual_seed(seed)
+    kernel, trace = make()
+    transforms, involutive = _transforms_and_involutive(kernel)
+    for f in transforms:
+        f.compile = compile
+    torch.manual_seed(seed + 1)
+    pictures = []
+    for i in range(steps):
+        if before is not None:
+            trace = before(i, trace, transforms)
+        try:
+            trace, accepted = kernel.step(trace)
+        except Exception as exc:       # noqa: BLE001 -- compared
+            pictures.append(("raised", type(exc).__name__, str(exc)))
+            continue
+        pictures.append((accepted, trace_picture(trace),
+                         [record_picture(k.last_record) if k.last_record is not None else None
+                          for k in involutive]))
+    return pictures, transforms
+
+
+def same_kernel_chain(make, steps=30, seed=0, before=None, min_hits=0):
+    ref, _ = kernel_chain(make, steps, False, seed, before)
+    got, transforms = kernel_chain(make, steps, True, seed, before)
+    assert transforms, "no transform found in the kernel"
+    for i, (a, b) in enumerate(zip(ref, got)):
+        assert a == b, f"step {i}: {first_difference(a, b)}"
+    if min_hits:
+        assert sum(f.compiled.hits for f in transforms) >= min_hits
+    return ref
+
+
+class ScaledShift:
+    """A transform body that is a callable object: its attributes are its environment."""
+
+    def __init__(self, c):
+        self.c = c
+
+    def __call__(self, model_in, aux_in, model_out, aux_out):
+        a = read(model_in["a"], continuous)
+        u = read(aux_in["u"], continuous)
+        write(model_out["a"], a + u * self.c, continuous)
+        write(aux_out["u"], -u, continuous)
+        write(model_out["b"], read(model_in["b"], continuous) * 1.0, continuous)
+
+
+def test_callable_object_transform_whose_attribute_changes():
+    holder = {}
+
+    def build():
+        trace, _ = one_a.generate((), {"a": 0.3})
+        holder["body"] = ScaledShift(1.0)
+        return Kernels(trace, [(u_aux, (), il.transform(holder["body"], name="scaled"))])
+
+    def before(i, trace):
+        if i == 15:
+            holder["body"].c = 3.0
+        return trace
+
+    same_chain(build, steps=30, before=before)
+
+
+def test_random_walk_kernel():
+    from imcmc_lab.examples import soccer
+    from imcmc_lab.examples.random_walk import random_walk_kernel
+
+    same_kernel_chain(lambda: (random_walk_kernel(["lam"], 0.05), soccer.initial_trace()), steps=30)
+
+
+def test_soccer_kernel():
+    from imcmc_lab.examples import soccer
+    same_kernel_chain(lambda: (soccer.soccer_kernel(), soccer.initial_trace()), steps=45)
+
+
+def test_coal_green_moves():
+    from imcmc_lab.examples import coal
+    same_kernel_chain(lambda: (coal.coal_kernel(), coal.initial_trace(n=2)), steps=60)
+
+
+def test_hmc_involution_through_model_in_trace():
+    from imcmc_lab.examples.hmc_involution import hmc_involution_kernel
+
+    @il.gen
+    def gauss2():
+        il.normal(0.0, 1.0) @ "a"
+        il.normal(1.0, 2.0) @ "b"
+
+    def make():
+        trace, _ = gauss2.generate((), {"a": 0.2})
+        return hmc_involution_kernel(["a", "b"], 0.3, 3), trace
+
+    same_kernel_chain(make, steps=20)
+
+
+def test_derived_reversible_jump_soccer():
+    from imcmc_lab.examples import soccer
+    from imcmc_lab.examples.rj_from_proposals import soccer_rj_kernel
+    same_kernel_chain(lambda: (soccer_rj_kernel(), soccer.initial_trace()), steps=24)
