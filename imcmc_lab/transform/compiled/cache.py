@@ -1,0 +1,130 @@
+"""The compiled keys of one transform: learning (tiered, bounded) and serving.
+
+A move's interpreter run is followed by :meth:`CompiledTransform.learn` (while learning is
+on): the transform is traced on the same traces (:mod:`.tracer`), and a key seen for the
+second time is checked against the interpreter's own result on that move (every written
+value and log |det J|, bit for bit; a key that disagrees is refused) and added to the trie
+(:mod:`.codegen`). The trie's function is rebuilt when the keys waiting for it number at
+least half of those compiled (so the total compile work stays a small multiple of the
+final code's size); at most ``MAX_KEYS`` keys are compiled, and learning stops for good
+after too many refusals. Nothing raised while learning reaches the user: it is a refusal.
+
+:meth:`CompiledTransform.lookup` serves a move: the environment guard
+(:mod:`.environment`), then the generated function (None: a miss).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .codegen import Node, build, insert
+from .environment import Environment
+from .symbolic import Unsupported
+from .tracer import trace_once
+
+MAX_KEYS = 64
+MAX_STATEMENTS = 4000       # one key's items: beyond this, the key is refused
+MAX_REFUSALS = 24           # traces refused with no key compiled: learning stops
+
+
+class CompiledTransform:
+    """The compiled keys of transform ``f`` (its report is ``f.compiled``)."""
+
+    def __init__(self, f):
+        self.f, self.report = f, f.compiled
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self):
+        self.fn, self.env, self.root = None, None, Node()
+        self.keys = {}          # key index -> (model kinds, aux kinds, number of aux addresses)
+        self.next_index = 0
+        self.seen, self.waiting, self.compiled_items, self.refused = {}, [], [], 0
+        self.report.keys = 0
+
+    def lookup(self, x_flat, y_flat):
+        """The generated code's answer for ``(x_flat, y_flat)``, or None (a miss)."""
+        fn = self.fn
+        if fn is None or not self.env.ok():
+            return None
+        return fn(x_flat, y_flat)
+
+    def learn(self, x, y, app, check):
+        """Learn from the interpreter's application ``app`` on ``(x, y)``; ``check(out)``
+        compares a candidate key's answer there with ``app``. Never raises."""
+        report = self.report
+        if not report.learning or not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._learn(x, y, app, check)
+        except (Exception, Unsupported) as exc:
+            self._refuse(f"{type(exc).__name__} while tracing: {exc}"[:120])
+        finally:
+            self._lock.release()
+
+    def _refuse(self, reason):
+        self.report.refuse(reason)
+        self.refused += 1
+        if self.refused >= MAX_REFUSALS + 4 * len(self.keys):
+            self.report.learning = False
+
+    def _learn(self, x, y, app, check):
+        if self.env is not None and not self.env.ok():
+            self._reset()           # a global, closure or default changed: start over
+        if self.env is None:
+            self.env = Environment()
+            try:
+                self.env.record_transform(self.f)
+            except Unsupported as exc:
+                self.report.refuse(str(exc))
+                self.report.learning = False
+                return
+        try:
+            tr = trace_once(self.f, x, y, app, self.env)
+        except Unsupported as exc:
+            self._refuse(str(exc))
+            return
+        signature = tuple(it[1:3] for it in tr.items if it[0] == "g")
+        state = self.seen.get(signature)
+        if state is None:
+            self.seen[signature] = "seen"        # first visit: compile on the second
+        elif state == "seen":
+            self.seen[signature] = "compiled"
+            self._add(tr, check)
+
+    def _add(self, tr, check):
+        if len(tr.items) > MAX_STATEMENTS:
+            self._refuse(f"a key of more than {MAX_STATEMENTS} statements")
+            return
+        index = self.next_index
+        self.next_index += 1
+        items = [it if it[0] != "r" else ("r", it[1].replace(", KEY)", f", {index})"), it[2]) for it in tr.items]
+        one = Node()
+        insert(one, items)
+        fn, _ = build(one, self.f.name)
+        if not check(fn(tr.flats["model"], tr.flats["aux"])):
+            self._refuse("a key whose generated code disagrees with the interpreter")
+            return
+        self.waiting.append((items, index, (tuple(tr.kinds["model"]), tuple(tr.kinds["aux"]), tr.n_aux)))
+        if len(self.waiting) * 2 >= len(self.keys) or len(self.keys) + len(self.waiting) >= MAX_KEYS:
+            self._rebuild()
+
+    def _rebuild(self):
+        """Add the waiting keys to the trie (one that does not fit the trie is refused; the
+        trie is then rebuilt from the keys kept) and make its function."""
+        for items, index, kinds in self.waiting:
+            try:
+                insert(self.root, items)
+            except Unsupported as exc:
+                self._refuse(str(exc))
+                self.root = Node()
+                for kept in self.compiled_items:
+                    insert(self.root, kept)
+                continue
+            self.compiled_items.append(items)
+            self.keys[index] = kinds
+        self.waiting = []
+        self.fn, self.source = build(self.root, self.f.name)
+        self.report.keys = len(self.keys)
+        if len(self.keys) >= MAX_KEYS:
+            self.report.learning = False
