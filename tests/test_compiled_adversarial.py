@@ -165,12 +165,18 @@ def same_chain(build, steps=STEPS, seed=0, before=None, deep=False, min_hits=0, 
     assert ref_final == got_final, f"final state differs: {first_difference(ref_final, got_final)}"
     import os
     if os.environ.get("ADV_DEBUG"):
-        print("OUTCOMES", outcomes(ref), [p[1:3] for p in ref if p[0] == "raised"][:1])
+        print("OUTCOMES", outcomes(ref), [p[1:3] for p in ref if p[0] == "raised"][:1],
+              [f.compiled for f in k.transforms])
     if min_hits:
         hits = sum(f.compiled.hits for f in k.transforms)
         assert hits >= min_hits, (f"only {hits} moves served by generated code "
                                   f"(refusals: {[f.compiled.refusals for f in k.transforms]})")
     return ref, k
+
+
+def n_keys(report):
+    """``report.keys``: the keys compiled (a count, or a collection of them)."""
+    return report.keys if isinstance(report.keys, int) else len(report.keys)
 
 
 def outcomes(pictures):
@@ -264,7 +270,7 @@ def test_contract_names():
     f.compile = False
     assert f.compile is False
     report = f.compiled
-    assert list(report.keys) == [] and report.hits == 0 and report.misses == 0
+    assert n_keys(report) == 0 and report.hits == 0 and report.misses == 0
     assert isinstance(report.refusals, list)
 
 
@@ -278,7 +284,7 @@ def test_fig1_split_merge_is_compiled_and_identical():
     pictures, k = same_chain(build, steps=80, min_hits=30)
     acc, rej, raised = outcomes(pictures)
     assert acc > 0 and rej > 0 and raised == 0
-    assert len(k.transforms[0].compiled.keys) >= 2
+    assert n_keys(k.transforms[0].compiled) >= 2
 
 
 def test_fig1_cycle_of_all_moves_is_identical():
