@@ -1849,3 +1849,301 @@ def test_derived_reversible_jump_soccer():
     from imcmc_lab.examples import soccer
     from imcmc_lab.examples.rj_from_proposals import soccer_rj_kernel
     same_kernel_chain(lambda: (soccer_rj_kernel(), soccer.initial_trace()), steps=24)
+
+
+# ---------------------------------------------------------------------------
+# generalising one key from its trace-time instance to others
+# ---------------------------------------------------------------------------
+P_FLAG = 0.0
+
+
+@il.gen
+def flag_aux(trace):
+    il.bernoulli(P_FLAG) @ "flag"
+    il.normal(0.0, 1.0) @ "u"
+
+
+def flag_chain(test):
+    """``flag`` is read and only copied, and used in ``test(flag)``; the first moves all
+    have flag False (P_FLAG = 0), the later ones flag True."""
+    def body(model_in, aux_in, model_out, aux_out):
+        flag = read(aux_in["flag"], discrete)
+        write(aux_out["flag"], flag, discrete)
+        c = 2.0 if test(flag) else 1.0
+        a = read(model_in["a"], continuous)
+        u = read(aux_in["u"], continuous)
+        write(model_out["a"], a + u * c, continuous)
+        write(aux_out["u"], -u, continuous)
+        write(model_out["b"], read(model_in["b"], continuous) * 1.0, continuous)
+
+    def build():
+        trace, _ = one_a.generate((), {"a": 0.3})
+        return Kernels(trace, [(flag_aux, (), il.transform(body))])
+
+    def before(i, trace):
+        global P_FLAG
+        P_FLAG = 0.0 if i < 20 else 1.0
+        return trace
+
+    return build, before
+
+
+@pytest.mark.parametrize("name, test", [
+    ("is True", lambda flag: flag is True),
+    ("is not False", lambda flag: flag is not False),
+    ("type is bool", lambda flag: type(flag) is bool and flag is not False),
+    ("isinstance int", lambda flag: isinstance(flag, int) and flag is True),
+    ("str", lambda flag: str(flag) == "True"),
+    ("f-string", lambda flag: f"{flag}" == "True"),
+    ("repr", lambda flag: repr(flag) == "True"),
+    ("id", lambda flag: id(flag) == id(True)),
+    ("in a tuple of objects", lambda flag: any(flag is x for x in (True,))),
+])
+def test_a_discrete_value_tested_without_a_comparison(name, test):
+    """The only use of ``flag`` is a test that a proxy cannot see: the key compiled while it
+    was False must not serve the moves where it is True."""
+    build, before = flag_chain(test)
+    try:
+        pictures, _ = same_chain(build, steps=40, before=before)
+    finally:
+        globals()["P_FLAG"] = 0.0
+
+
+@pytest.mark.parametrize("name, test", [
+    ("a == b", lambda a, b: a == b),
+    ("a != b", lambda a, b: a != b),
+    ("a == 0.5", lambda a, b: a == 0.5),
+    ("a in [0.5]", lambda a, b: a in [0.5]),
+    ("a is b", lambda a, b: a is b),
+])
+def test_equality_of_continuous_values(name, test):
+    """On some moves a and b are both set to 0.5 exactly."""
+    def body(model_in, aux_in, model_out, aux_out):
+        a = read(model_in["a"], continuous)
+        b = read(model_in["b"], continuous)
+        u = read(aux_in["u"], continuous)
+        c = 2.0 if test(a, b) else 1.0
+        write(model_out["a"], a + u * c, continuous)
+        write(model_out["b"], b * 1.0, continuous)
+        write(aux_out["u"], -u, continuous)
+
+    def build():
+        trace, _ = one_a.generate((), {"a": 0.3})
+        return Kernels(trace, [(u_aux, (), il.transform(body))])
+
+    def before(i, trace):
+        if i >= 10 and i % 5 == 0:
+            trace, _, _ = trace.update({"a": 0.5, "b": 0.5})
+        return trace
+
+    same_chain(build, steps=40, before=before)
+
+
+@pytest.mark.parametrize("value", [0.0, -0.0, 1.0, -1.0])
+def test_coefficients_that_are_exactly_zero_or_one_on_some_moves(value):
+    """d a' / d u = b: exactly 0 or 1 on some moves (sparsity, pass-through, blocks)."""
+    def body(model_in, aux_in, model_out, aux_out):
+        a = read(model_in["a"], continuous)
+        b = read(model_in["b"], continuous)
+        u = read(aux_in["u"], continuous)
+        write(model_out["a"], a * b + u * b, continuous)
+        write(model_out["b"], b + u, continuous)
+        write(aux_out["u"], -u * b - a, continuous)
+
+    def build():
+        trace, _ = one_a.generate((), {"a": 0.3})
+        return Kernels(trace, [(u_aux, (), il.transform(body))])
+
+    def before(i, trace):
+        if i >= 8 and i % 4 == 0:
+            trace, _, _ = trace.update({"b": value})
+        return trace
+
+    same_chain(build, steps=40, before=before, deep=True)
+
+
+# ---------------------------------------------------------------------------
+# more environment: builtins shadowed, other modules' globals, partials, kwdefaults,
+# stores to globals (no call to see), numpy arrays, namespaces
+# ---------------------------------------------------------------------------
+SUM_LIB_SOURCE = """
+from imcmc_lab import continuous, read, write
+
+def body(model_in, aux_in, model_out, aux_out):
+    a = read(model_in["a"], continuous)
+    b = read(model_in["b"], continuous)
+    u = read(aux_in["u"], continuous)
+    write(model_out["a"], sum([a, u]), continuous)
+    write(model_out["b"], b * 1.0, continuous)
+    write(aux_out["u"], -u, continuous)
+"""
+
+
+def ab_build(body):
+    def build():
+        trace, _ = one_a.generate((), {"a": 0.3})
+        return Kernels(trace, [(u_aux, (), il.transform(body))])
+    return build
+
+
+def test_a_builtin_shadowed_by_a_new_global():
+    """``sum`` is the builtin when the key compiles; then a global ``sum`` appears in the
+    transform's module (a notebook cell defining ``sum``)."""
+    lib = types.ModuleType("userlib4")
+    exec(SUM_LIB_SOURCE, lib.__dict__)
+
+    def before(i, trace):
+        if i == 0:
+            lib.__dict__.pop("sum", None)
+        if i == 20:
+            lib.sum = lambda xs: xs[0] + 2.0 * xs[1]
+        return trace
+
+    same_chain(ab_build(lib.body), before=before)
+
+
+def test_helper_in_another_module_reads_its_own_global():
+    lib = types.ModuleType("userlib2")
+    exec("K = 1.0\ndef spread(u, mu):\n    return u * K\n", lib.__dict__)
+
+    def before(i, trace):
+        lib.K = 1.0 if i < 20 else 3.0
+        return trace
+
+    same_chain(small_chain(split_merge_with(lib.spread)), before=before)
+
+
+def test_partial_keywords_mutated():
+    import functools
+
+    def scaled(u, mu, c):
+        return u * c
+
+    spread = functools.partial(scaled, c=1.0)
+
+    def before(i, trace):
+        spread.keywords["c"] = 1.0 if i < 20 else 3.0
+        return trace
+
+    same_chain(small_chain(split_merge_with(spread)), before=before)
+
+
+def test_keyword_only_default_changed():
+    def spread(u, mu, *, c=1.0):
+        return u * c
+
+    def before(i, trace):
+        spread.__kwdefaults__ = {"c": 1.0 if i < 20 else 3.0}
+        return trace
+
+    same_chain(small_chain(split_merge_with(spread)), before=before)
+
+
+def test_mutable_default_argument_mutated():
+    def spread(u, mu, c=[1.0]):     # noqa: B006 -- the mutable default is the point
+        return u * c[0]
+
+    def before(i, trace):
+        spread.__defaults__[0][0] = 1.0 if i < 20 else 3.0
+        return trace
+
+    same_chain(small_chain(split_merge_with(spread)), before=before)
+
+
+def test_numpy_global_array_changed_in_place():
+    import numpy as np
+    arr = np.array([1.0])
+
+    def before(i, trace):
+        arr[0] = 1.0 if i < 20 else 3.0
+        return trace
+
+    same_chain(small_chain(split_merge_with(lambda u, mu: u * float(arr[0]))), before=before)
+
+
+def test_simple_namespace_attribute_changed():
+    cfg = types.SimpleNamespace(c=1.0)
+
+    def before(i, trace):
+        cfg.c = 1.0 if i < 20 else 3.0
+        return trace
+
+    same_chain(small_chain(split_merge_with(lambda u, mu: u * cfg.c)), before=before)
+
+
+MOVES_SEEN = 0
+LAST_U = None
+
+
+def _counting_body(model_in, aux_in, model_out, aux_out):
+    global MOVES_SEEN, LAST_U
+    MOVES_SEEN += 1                 # a store: no call for a profile hook to see
+    a = read(model_in["a"], continuous)
+    u = read(aux_in["u"], continuous)
+    LAST_U = u
+    write(model_out["a"], a + u, continuous)
+    write(model_out["b"], read(model_in["b"], continuous) * 1.0, continuous)
+    write(aux_out["u"], -u, continuous)
+
+
+def test_stores_to_globals_inside_the_transform():
+    """``global n; n += 1`` and ``LAST_U = u``: what the user finds after every move."""
+    seen = []
+
+    def before(i, trace):
+        global MOVES_SEEN, LAST_U
+        if i == 0:
+            MOVES_SEEN, LAST_U = 0, None
+        seen.append((MOVES_SEEN, type(LAST_U).__name__, None if LAST_U is None else float(LAST_U)))
+        return trace
+
+    ref, _, _ = run_chain(ab_build(_counting_body), 30, False, before=before)
+    ref_seen, seen[:] = list(seen), []
+    got, _, _ = run_chain(ab_build(_counting_body), 30, True, before=before)
+    assert ref == got
+    for i, (a, b) in enumerate(zip(ref_seen, seen)):
+        assert a == b, f"before move {i}: interpreted {a}, compiled {b}"
+
+
+def test_nonlocal_counter_incremented_inside_the_transform():
+    counter = 0
+
+    def spread(u, mu):
+        nonlocal counter
+        counter += 1
+        return u
+
+    ref, _, _ = run_chain(small_chain(split_merge_with(spread)), compile=False)
+    n_ref, counter = counter, 0
+    got, _, _ = run_chain(small_chain(split_merge_with(spread)), compile=True)
+    assert ref == got
+    assert counter == n_ref, f"the transform's body ran {counter} times compiled, {n_ref} interpreted"
+
+
+def test_module_attribute_counter_incremented():
+    lib = types.ModuleType("userlib3")
+    lib.calls = 0
+
+    def spread(u, mu):
+        lib.calls += 1
+        return u
+
+    run_chain(small_chain(split_merge_with(spread)), compile=False)
+    n_ref, lib.calls = lib.calls, 0
+    run_chain(small_chain(split_merge_with(spread)), compile=True)
+    assert lib.calls == n_ref, f"the transform's body ran {lib.calls} times compiled, {n_ref} interpreted"
+
+
+def test_print_and_warn_of_constants_inside_the_transform():
+    import warnings
+
+    def spread(u, mu):
+        print("spreading")
+        warnings.warn("spreading", UserWarning)
+        return u
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pictures, _ = same_chain(small_chain(split_merge_with(spread)))
+    n_moves = sum(1 for p in pictures if p[0] == "move" and "spreading" in p[-1])
+    assert n_moves > 10
