@@ -2147,3 +2147,165 @@ def test_print_and_warn_of_constants_inside_the_transform():
         pictures, _ = same_chain(small_chain(split_merge_with(spread)))
     n_moves = sum(1 for p in pictures if p[0] == "move" and "spreading" in p[-1])
     assert n_moves > 10
+
+
+# ---------------------------------------------------------------------------
+# shapes and kinds of read values that the key does not see
+# ---------------------------------------------------------------------------
+@il.gen
+def vec_len_model():
+    """``v`` has ``n`` coordinates; ``n`` is never read by the transform."""
+    n = il.uniform_discrete(2, 4) @ "n"
+    il.iid(il.normal(0.0, 1.0), n) @ "v"
+    il.dirichlet(torch.full((n,), 2.0, dtype=torch.float64)) @ "w"
+
+
+def _rotate(model_in, aux_in, model_out, aux_out):
+    v = read(model_in["v"], continuous)
+    w = read(model_in["w"], continuous)
+    u = read(aux_in["u"], continuous)
+    write(model_out["v"], torch.cat([v[1:], (v[0] + u).reshape(1)]), continuous)
+    write(model_out["w"], torch.cat([w[1:], w[:1]]), continuous)
+    write(aux_out["u"], -u, continuous)
+
+
+def test_vector_lengths_the_key_does_not_read():
+    def build():
+        trace, _ = vec_len_model.generate((), {"n": 3})
+        return Kernels(trace, [(u_aux, (), il.transform(_rotate))])
+
+    def before(i, trace):
+        if i % 7 == 6:
+            trace, _ = vec_len_model.generate((), {"n": 2 + (i // 7) % 3})
+        return trace
+
+    same_chain(build, steps=45, before=before, deep=True)
+
+
+@il.gen
+def shape_switch():
+    """``a`` is a scalar, or (when m) a vector of one or two coordinates; a simplex or not."""
+    m = il.uniform_discrete(0, 3) @ "m"
+    if m == 0:
+        il.normal(0.0, 1.0) @ "a"
+    elif m == 1:
+        il.iid(il.normal(0.0, 1.0), 1) @ "a"
+    elif m == 2:
+        il.iid(il.gamma(2.0, 2.0), 2) @ "a"
+    else:
+        il.dirichlet(torch.full((2,), 2.0, dtype=torch.float64)) @ "a"
+    il.normal(0.0, 1.0) @ "b"
+
+
+def _shift_a(model_in, aux_in, model_out, aux_out):
+    a = read(model_in["a"], continuous)
+    u = read(aux_in["u"], continuous)
+    write(model_out["a"], a * torch.exp(u * 0.1), continuous)
+    write(aux_out["u"], -u, continuous)
+
+
+def test_shape_and_simplex_of_a_read_change_between_moves():
+    """Scalar -> vector of one -> two coordinates -> a simplex: the key was compiled on one."""
+    def build():
+        trace, _ = shape_switch.generate((), {"m": 0})
+        return Kernels(trace, [(u_aux, (), il.transform(_shift_a))])
+
+    def before(i, trace):
+        if i % 8 == 7:
+            trace, _ = shape_switch.generate((), {"m": (i // 8) % 4})
+        return trace
+
+    pictures, _ = same_chain(build, steps=64, before=before, deep=True)
+
+
+# ---------------------------------------------------------------------------
+# the rest of the transform's life: check_involution, compile toggled, renamed, odd ints
+# ---------------------------------------------------------------------------
+def test_check_involution_reports_the_same_after_compiling():
+    """A broken split/merge (spread 2u, merge halves it back... twice): Algorithm 4's report."""
+    good = split_merge_with(lambda u, mu: u)
+    bad = split_merge_with(lambda u, mu: u, unspread=lambda d, mu: d * 2.0)
+
+    def report(body, compile):
+        f = il.transform(body)
+        f.compile = compile
+        torch.manual_seed(3)
+        trace, _ = small.generate((), {"k": 1})
+        for _ in range(20):
+            trace = involutive_move(trace, small_aux, (), f).trace
+        try:
+            return repr(il.check_involution(small, (), small_aux, f, trials=20, seed=4))
+        except Exception as exc:       # noqa: BLE001
+            return f"{type(exc).__name__}: {exc}"
+
+    for body in (good, bad):
+        assert report(body, False) == report(body, True)
+    assert "Error" in report(bad, False)
+
+
+def test_environment_changed_while_compile_was_off():
+    global SCALE_C
+    holder = {}
+
+    def build():
+        trace, _ = small.generate((), {"k": 1})
+        holder["f"] = il.transform(_direct_body)
+        return Kernels(trace, [(small_aux, (), holder["f"])])
+
+    def before(i, trace):
+        global SCALE_C
+        f = holder["f"]
+        if i == 20 and f.compile:
+            f.compile = False
+            holder["was_on"] = True
+        if i == 22:
+            SCALE_C = 0.25
+        if i == 24 and holder.get("was_on"):
+            f.compile = True
+        return trace
+
+    try:
+        SCALE_C = 1.0
+        ref, _, _ = run_chain(build, 40, False, before=before)
+        SCALE_C = 1.0
+        holder.clear()
+        got, _, k = run_chain(build, 40, True, before=before)
+        assert k.transforms[0].compiled.hits > 0
+        for i, (a, b) in enumerate(zip(ref, got)):
+            assert a == b, f"move {i}: {first_difference(a, b)}"
+    finally:
+        SCALE_C = 1.0
+
+
+def test_transform_renamed_between_moves():
+    """Error messages name the transform: after ``f.name = ...`` they name the new name."""
+    holder = {}
+    flip_m = flip_m_every(13)
+
+    def build():
+        trace, _ = gated.generate((), {"m": False, "k": 1})
+        holder["f"] = il.transform(_flip_k_shift_a.fn)
+        return Kernels(trace, [(gated_aux, (), holder["f"])])
+
+    def before(i, trace):
+        if i == 30:
+            holder["f"].name = "renamed_move"
+        return flip_m(i, trace)
+
+    pictures, _ = same_chain(build, steps=60, before=before)
+    assert any("renamed_move" in p[2] for p in pictures[30:] if p[0] == "raised")
+
+
+def test_discrete_values_given_as_numpy_and_torch_integers():
+    import numpy as np
+
+    def build():
+        trace, _ = small.generate((), {"k": np.int64(2)})
+        return Kernels(trace, [(small_aux, (), il.transform(split_merge_with(lambda u, mu: u)))])
+
+    def before(i, trace):
+        if i % 10 == 9:
+            trace, _ = small.generate((), {"k": torch.tensor(1 + i % 3)})
+        return trace
+
+    same_chain(build, steps=40, before=before)
