@@ -91,6 +91,8 @@ class CompiledTransform:
         elif state == "seen":
             self.seen[signature] = "compiled"
             self._add(tr, check)
+        elif self.waiting:
+            self._rebuild()         # a waiting key met again: it waits no longer
 
     def _add(self, tr, check):
         if len(tr.items) > MAX_STATEMENTS:
