@@ -2309,3 +2309,118 @@ def test_discrete_values_given_as_numpy_and_torch_integers():
         return trace
 
     same_chain(build, steps=40, before=before)
+
+
+# ---------------------------------------------------------------------------
+# environment reached through modules held in closures, sub-modules, tensor storage,
+# engine code that is not pure
+# ---------------------------------------------------------------------------
+def test_float_attribute_of_a_module_held_in_a_closure():
+    lib = types.ModuleType("userlib5")
+    lib.K = 1.0
+
+    def before(i, trace):
+        lib.K = 1.0 if i < 20 else 3.0
+        return trace
+
+    same_chain(small_chain(split_merge_with(lambda u, mu: u * lib.K)), before=before)
+
+
+def test_list_attribute_of_a_module_held_in_a_closure_appended():
+    lib = types.ModuleType("userlib6")
+    lib.log = []
+
+    def spread(u, mu):
+        lib.log.append(u)
+        return u
+
+    def summary(values):        # (float() of a tracer's proxy raises a BaseException)
+        return [(type(v).__name__, float(v) if type(v).__name__ in ("Dual", "Tensor") else None)
+                for v in values]
+
+    run_chain(small_chain(split_merge_with(spread)), compile=False)
+    ref = summary(lib.log)
+    lib.log = []
+    run_chain(small_chain(split_merge_with(spread)), compile=True)
+    got = summary(lib.log)
+    assert len(got) == len(ref), f"{len(got)} values logged compiled, {len(ref)} interpreted"
+    assert got == ref
+
+
+SUBLIB = types.ModuleType("userlib7")
+SUBLIB.inner = types.ModuleType("userlib7.inner")
+SUBLIB.inner.K = 1.0
+
+
+def test_attribute_of_a_sub_module_of_a_global_module():
+    def before(i, trace):
+        SUBLIB.inner.K = 1.0 if i < 20 else 3.0
+        return trace
+
+    try:
+        same_chain(small_chain(_sm_discrete(lambda k: SUBLIB.inner.K)), before=before)
+    finally:
+        SUBLIB.inner.K = 1.0
+
+
+H = torch.tensor(1.0, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("how", ["data", "numpy", "set_"])
+def test_global_tensor_storage_changed_without_an_in_place_operator(how):
+    """``H.data = ...`` and a NumPy view's write change a tensor without bumping its version."""
+    def before(i, trace):
+        if i == 0:
+            H.data = torch.tensor(1.0, dtype=torch.float64)
+        if i == 20:
+            if how == "data":
+                H.data = torch.tensor(3.0, dtype=torch.float64)
+            elif how == "numpy":
+                H.numpy()[()] = 3.0
+            else:
+                H.set_(torch.tensor(3.0, dtype=torch.float64))
+        return trace
+
+    try:
+        same_chain(small_chain(_sm_discrete(lambda k: H)), before=before)
+    finally:
+        H.data = torch.tensor(1.0, dtype=torch.float64)
+
+
+def test_engine_code_that_draws_random_numbers():
+    """A helper from the engine's own package that draws (il.normal(...).sample())."""
+    noise = il.normal(0.0, 1.0)
+    same_chain(small_chain(_sm_discrete(lambda k: 1.0 + 0.1 * float(noise.sample()) ** 2)))
+
+
+def test_public_distribution_sampled_inside_the_transform():
+    """``il.normal(0, 1).sample()`` inside a (broken) transform: a fresh draw on every move."""
+    same_chain(small_chain(_sm_discrete(lambda k: 1.0 + 0.1 * float(il.normal(0.0, 1.0).sample()) ** 2)))
+
+
+def test_engine_draw_called_directly():
+    from imcmc_lab.core.distributions._draws import uniform01
+    same_chain(small_chain(_sm_discrete(lambda k: 1.0 + uniform01())))
+
+
+COUNTER_ONLY = 0
+
+
+def _global_counter_body(model_in, aux_in, model_out, aux_out):
+    global COUNTER_ONLY
+    COUNTER_ONLY += 1
+    a = read(model_in["a"], continuous)
+    u = read(aux_in["u"], continuous)
+    write(model_out["a"], a + u, continuous)
+    write(model_out["b"], read(model_in["b"], continuous) * 1.0, continuous)
+    write(aux_out["u"], -u, continuous)
+
+
+def test_global_counter_incremented_by_the_transform():
+    global COUNTER_ONLY
+    COUNTER_ONLY = 0
+    ref, _, _ = run_chain(ab_build(_global_counter_body), 30, False)
+    n_ref, COUNTER_ONLY = COUNTER_ONLY, 0
+    got, _, _ = run_chain(ab_build(_global_counter_body), 30, True)
+    assert ref == got
+    assert COUNTER_ONLY == n_ref, f"the body ran {COUNTER_ONLY} times compiled, {n_ref} interpreted"
