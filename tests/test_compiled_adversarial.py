@@ -2424,3 +2424,51 @@ def test_global_counter_incremented_by_the_transform():
     got, _, _ = run_chain(ab_build(_global_counter_body), 30, True)
     assert ref == got
     assert COUNTER_ONLY == n_ref, f"the body ran {COUNTER_ONLY} times compiled, {n_ref} interpreted"
+
+
+# ---------------------------------------------------------------------------
+# records read later: after the environment or the transform object changed
+# ---------------------------------------------------------------------------
+def chain_records(compile, after, steps=30):
+    """The records of a chain, read (pictured) only after ``after(f)`` ran at its end."""
+    torch.manual_seed(0)
+    trace, _ = small.generate((), {"k": 1})
+    f = il.transform(_direct_body)
+    f.compile = compile
+    torch.manual_seed(1)
+    records = []
+    for _ in range(steps):
+        rec = involutive_move(trace, small_aux, (), f)
+        records.append(rec)
+        trace = rec.trace
+    after(f)
+    return [record_picture(r, deep=True) for r in records], f
+
+
+@pytest.mark.parametrize("what", ["global rebound", "fn replaced", "autodiff torch", "name"])
+def test_records_read_after_the_move_describe_the_move(what):
+    """A record is the move's: reading ``record.jacobian``/``written`` later, after a global
+    was rebound or the transform object changed, must show what the move did."""
+    global SCALE_C
+
+    def after(f):
+        global SCALE_C
+        if what == "global rebound":
+            SCALE_C = 0.25
+        elif what == "fn replaced":
+            f.fn = split_merge_with(lambda u, mu: 3.0 * u)
+        elif what == "autodiff torch":
+            f.autodiff = "torch"
+        else:
+            f.name = "renamed"
+
+    try:
+        SCALE_C = 1.0
+        ref, _ = chain_records(False, after)
+        SCALE_C = 1.0
+        got, f = chain_records(True, after)
+        assert f.compiled.hits > 0
+        for i, (a, b) in enumerate(zip(ref, got)):
+            assert a == b, f"record {i}: {first_difference(a, b)}"
+    finally:
+        SCALE_C = 1.0
