@@ -19,6 +19,7 @@ tests, and a global tensor's ``_version``): any change makes the move a miss.
 from __future__ import annotations
 
 import builtins
+import dis
 import math
 import operator
 import os
@@ -34,9 +35,19 @@ _ENGINE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file
 _MISSING = object()
 _IMMUTABLE = (int, float, bool, str, bytes, complex, type(None), range, type(Ellipsis), Label)
 _PURE_BUILTINS = {getattr(builtins, n) for n in (
-    "len", "range", "int", "bool", "float", "abs", "min", "max", "isinstance", "enumerate", "zip", "list",
+    "len", "range", "int", "bool", "float", "abs", "min", "max", "enumerate", "zip", "list",
     "tuple", "sorted", "reversed", "sum", "any", "all", "hash", "iter", "next", "divmod", "dict", "set",
-    "frozenset", "str", "repr", "type", "issubclass", "callable", "round", "map", "filter")}
+    "frozenset", "str", "repr", "format", "callable", "round", "map", "filter")}
+# What a proxy cannot answer as the plain value would (``type(k) is bool`` on a traced discrete
+# value, ``isinstance(k, int)``, ``id``): a transform naming one is not compiled.
+_OPAQUE = {builtins.type: "type()", builtins.isinstance: "isinstance()", builtins.issubclass: "issubclass()",
+           builtins.id: "id()", builtins.vars: "vars()", builtins.dir: "dir()", builtins.getattr: "getattr()",
+           builtins.hasattr: "hasattr()", builtins.setattr: "setattr()", builtins.delattr: "delattr()",
+           builtins.globals: "globals()", builtins.locals: "locals()", builtins.eval: "eval()",
+           builtins.exec: "exec()"}
+# Bytecode that stores outside the run (a re-run while tracing would repeat the store) or
+# tests identity (a proxy is never the plain value's object).
+_STORES = {"STORE_GLOBAL", "DELETE_GLOBAL", "STORE_ATTR", "DELETE_ATTR", "DELETE_SUBSCR", "IMPORT_NAME"}
 _PURE_BUILTINS |= {v for m in (math, operator) for v in vars(m).values() if callable(v) and not isinstance(v, type)}
 _PURE_METHOD_OWNERS = (list, tuple, dict, set, frozenset, int, float, str, bool, range)
 
@@ -101,6 +112,7 @@ class Environment:
         for c in _nested_codes(code):
             self.codes.add(c)
             names.update(c.co_names)
+            _scan(c, fn.__name__)
         self._globals(fn.__globals__, names)
 
     def _globals(self, g, names):
@@ -117,6 +129,7 @@ class Environment:
             elif name in b:
                 self.checks.append((g.get, name, _MISSING))
                 self.checks.append((b.get, name, b[name]))
+                self._value(b[name], f"the builtin {name}")
         for m in modules:
             d = vars(m)
             for name in names:
@@ -126,6 +139,8 @@ class Environment:
 
     def _value(self, value, what):
         """Refuse a value whose contents could change without its identity changing."""
+        if _hashable(value) and value in _OPAQUE:
+            raise Unsupported(f"uses {_OPAQUE[value]}")
         if isinstance(value, _IMMUTABLE) or isinstance(value, (types.ModuleType, types.BuiltinFunctionType)):
             return
         if isinstance(value, (tuple, frozenset)):
@@ -172,3 +187,26 @@ class Environment:
             if isinstance(owner, _PURE_METHOD_OWNERS) and not isinstance(owner, type):
                 return
             raise Unsupported(f"calls {getattr(arg, '__qualname__', getattr(arg, '__name__', arg))}")
+
+
+def _hashable(value):
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _scan(code, where):
+    """Refuse code that stores outside its own run or tests identity (``x is y``, except
+    ``x is None``: a traced value is never None, and neither is the value it stands for)."""
+    previous = None
+    for ins in dis.get_instructions(code):
+        op = ins.opname
+        if op in _STORES or (op == "STORE_DEREF" and ins.argval in code.co_freevars):
+            raise Unsupported(f"{op.lower().replace('_', ' ')} {ins.argval} in {where} "
+                              f"(line {ins.positions.lineno if ins.positions else '?'})")
+        if op == "IS_OP" and not (previous is not None and previous.opname == "LOAD_CONST"
+                                  and previous.argval is None):
+            raise Unsupported(f"an identity test (is) in {where}")
+        previous = ins

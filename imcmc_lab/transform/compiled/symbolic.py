@@ -111,7 +111,14 @@ class SymInt:
             return SymInt(self.value + sign * o.value, self.lin + o.lin.scale(sign))
         if type(o) in (int, bool):
             return SymInt(self.value + sign * o, self.lin + Lin((), sign * o))
+        if type(o) is float:
+            return self.specialised() + sign * o
         return NotImplemented
+
+    def specialised(self):
+        """The concrete value (its type too: a read's type is guarded), under a guard on it."""
+        T().concrete(self)
+        return self.value
 
     def __add__(self, o): return self._arith(o)
     __radd__ = __add__
@@ -120,6 +127,8 @@ class SymInt:
     def __rsub__(self, o):
         if type(o) in (int, bool):
             return SymInt(o - self.value, Lin((), o) - self.lin)
+        if type(o) is float:
+            return o - self.specialised()
         return NotImplemented
 
     def __neg__(self):
@@ -132,10 +141,16 @@ class SymInt:
             return self * o.lin.c
         if isinstance(o, SymInt) and self.lin.const() is not None:
             return o * self.lin.c
+        if isinstance(o, SymInt):
+            return self.specialised() * o.specialised()
+        if type(o) in (float, bool):
+            return self.specialised() * o
         return NotImplemented
     __rmul__ = __mul__
 
     def _cmp(self, o, op):
+        if type(o) is float:
+            return getattr(self.specialised(), f"__{op}__")(o)
         if not isinstance(o, SymInt) and type(o) not in (int, bool):
             return NotImplemented
         ov = o.value if isinstance(o, SymInt) else o
@@ -158,8 +173,28 @@ class SymInt:
     def __hash__(self):
         return hash(T().concrete(self))
 
-    def __repr__(self):
-        return f"SymInt({self.value}, {self.lin.code()})"
+    def __getattr__(self, name):        # (int's methods: bit_length, real...) on the value
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.specialised(), name)
+
+
+def _on_value(name):
+    """An int operation the linear forms do not model: done on the concrete value, under a
+    guard on it (exact: the generated code checks the value)."""
+    def op(self, *args):
+        args = [a.specialised() if isinstance(a, SymInt) else a for a in args]
+        return getattr(self.specialised(), name)(*args)
+    op.__name__ = name
+    return op
+
+
+for _name in ("__mod__", "__rmod__", "__floordiv__", "__rfloordiv__", "__truediv__", "__rtruediv__", "__pow__",
+              "__rpow__", "__divmod__", "__rdivmod__", "__abs__", "__and__", "__rand__", "__or__", "__ror__",
+              "__xor__", "__rxor__", "__lshift__", "__rlshift__", "__rshift__", "__rrshift__", "__invert__",
+              "__float__", "__round__", "__trunc__", "__floor__", "__ceil__", "__pos__", "__format__", "__str__",
+              "__repr__", "__complex__"):
+    setattr(SymInt, _name, _on_value(_name))
 
 
 def conc(x):
@@ -278,8 +313,14 @@ def _refuse(self, *args, **kwargs):
 
 
 class _Torchy:
-    # in-place operators: the engine hands them to autograd (aliasing); so does the tracer
+    # in-place operators: the engine hands them to autograd (aliasing); so does the tracer.
+    # Operations the tracer does not model raise Unsupported (a BaseException), never the
+    # TypeError Python would raise, which a transform's own ``except TypeError`` could catch.
     __iadd__ = __isub__ = __imul__ = __itruediv__ = __ipow__ = __setitem__ = _refuse
+    __abs__ = __mod__ = __rmod__ = __floordiv__ = __rfloordiv__ = __rpow__ = __matmul__ = __rmatmul__ = _refuse
+    __divmod__ = __rdivmod__ = __round__ = __trunc__ = __floor__ = __ceil__ = __int__ = __index__ = _refuse
+    __and__ = __or__ = __xor__ = __invert__ = __lshift__ = __rshift__ = __complex__ = _refuse
+    __str__ = __repr__ = __format__ = __contains__ = __iter__ = __len__ = _refuse
 
     def __getattr__(self, name):
         if name.startswith("__"):
@@ -386,6 +427,16 @@ class TF(_Torchy):
     def __gt__(self, o): return self._cmp(o, "gt")
     def __ge__(self, o): return self._cmp(o, "ge")
 
+    def __eq__(self, o):        # (dual.py's Dual compares values: so does the generated code)
+        if type(o) is TF or _num(o) is not None or isinstance(o, SymInt):
+            return self._cmp(o, "eq")
+        raise Unsupported(f"== between a traced value and a {type(o).__name__}")
+
+    def __ne__(self, o):
+        if type(o) is TF or _num(o) is not None or isinstance(o, SymInt):
+            return self._cmp(o, "ne")
+        raise Unsupported(f"!= between a traced value and a {type(o).__name__}")
+
     def __bool__(self):
         out = self.v != 0.0
         T().guard(f"{self.x.code} != 0.0", out, (self.x,))
@@ -409,7 +460,8 @@ class TF(_Torchy):
     __hash__ = object.__hash__
 
 
-_FCMP = {"lt": float.__lt__, "le": float.__le__, "gt": float.__gt__, "ge": float.__ge__}
+_FCMP = {"lt": float.__lt__, "le": float.__le__, "gt": float.__gt__, "ge": float.__ge__, "eq": float.__eq__,
+         "ne": float.__ne__}
 
 
 # dual.py's generic scalar ops (_s_add, _s_sub, _s_mul, _s_div): used by vector elementwise ops
@@ -569,6 +621,11 @@ class SVec(_Torchy):
 
     def __len__(self):
         return T().concrete(self.length())
+
+    def __iter__(self):
+        return iter(self.elements())
+
+    __eq__ = __ne__ = _refuse
 
     def reshape(self, *shape):
         if shape in ((-1,), ((-1,),)):
