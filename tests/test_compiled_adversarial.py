@@ -19,7 +19,9 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import io
+import json
 import math
+import operator
 import random
 import types
 
@@ -1888,6 +1890,25 @@ def flag_chain(test):
     return build, before
 
 
+ISINSTANCE, TYPE_OF = isinstance, type
+
+
+def _match_class(flag):
+    match flag:
+        case bool():
+            return bool(flag)
+        case _:
+            return False
+
+
+def _match_literal(flag):
+    match flag:
+        case True:
+            return True
+        case _:
+            return False
+
+
 @pytest.mark.parametrize("name, test", [
     ("is True", lambda flag: flag is True),
     ("is not False", lambda flag: flag is not False),
@@ -1898,6 +1919,15 @@ def flag_chain(test):
     ("repr", lambda flag: repr(flag) == "True"),
     ("id", lambda flag: id(flag) == id(True)),
     ("in a tuple of objects", lambda flag: any(flag is x for x in (True,))),
+    ("alias of isinstance", lambda flag: ISINSTANCE(flag, int) and flag),
+    ("alias of type", lambda flag: TYPE_OF(flag) == bool and flag),
+    ("operator.is_", lambda flag: operator.is_(flag, True)),
+    ("operator.is_not", lambda flag: operator.is_not(flag, False) and flag),
+    ("__class__", lambda flag: flag.__class__ == bool and flag),
+    ("match class pattern", lambda flag: _match_class(flag)),
+    ("match literal True", lambda flag: _match_literal(flag)),
+    ("dict keyed by bool", lambda flag: {True: True, False: False}.get(flag, False)),
+    ("json", lambda flag: json.dumps(flag) == "true"),
 ])
 def test_a_discrete_value_tested_without_a_comparison(name, test):
     """The only use of ``flag`` is a test that a proxy cannot see: the key compiled while it
