@@ -2502,3 +2502,43 @@ def test_records_read_after_the_move_describe_the_move(what):
             assert a == b, f"record {i}: {first_difference(a, b)}"
     finally:
         SCALE_C = 1.0
+
+
+# ---------------------------------------------------------------------------
+# the tracer's own signals caught by the transform; overflow in generated arithmetic
+# ---------------------------------------------------------------------------
+def _bare_except_spread(u, mu):
+    try:
+        c = 2.0 if float(u) > 0.9 else 1.0
+    except:                     # noqa: E722 -- a bare except is what is being tested
+        c = 1.0
+    return u * c
+
+
+def _base_exception_spread(u, mu):
+    try:
+        c = 2.0 if float(u) > 0.9 else 1.0
+    except BaseException:
+        c = 1.0
+    return u * c
+
+
+@pytest.mark.parametrize("spread", [_bare_except_spread, _base_exception_spread], ids=["bare", "BaseException"])
+def test_a_transform_catching_every_exception(spread):
+    """float(u) works on the interpreter; if the tracer's refusal were caught by the
+    transform's own ``except``, the key would bake in the fallback branch."""
+    pictures, _ = same_chain(small_chain(split_merge_with(spread)), steps=60)
+
+
+@pytest.mark.parametrize("name, formula, values", [
+    ("square overflows", lambda a, u: a ** 2 * 1e-300 + u, {4: 1e200, 8: -1e200}),
+    ("exp overflows", lambda a, u: torch.exp(a) * 1e-300 + u, {4: 800.0}),
+    ("product overflows", lambda a, u: (a * 1e300) * 1e-300 + u, {4: 1e10}),
+    ("tiny underflows", lambda a, u: (a * 1e-300) * 1e300 + u, {4: 1e-30}),
+])
+def test_overflow_and_underflow_in_generated_arithmetic(name, formula, values):
+    def build():
+        trace, _ = one_a.generate((), {"a": 1.0})
+        return Kernels(trace, [(u_aux, (), il.transform(_ab_body(formula)))])
+
+    same_chain(build, steps=40, before=set_a(values))
