@@ -99,7 +99,7 @@ def record_picture(record, deep=False):
                     c.is_discrete, _where(c.line)) for c in run.copies],
         "retval": bits(run.retval),
         "problem": app.problem,
-        "discard": None if app.discard is None else sorted((repr(a), bits(v)) for a, v in app.discard.items()),
+        "discard": None if app.discard is None else [(a, bits(v)) for a, v in app.discard.items()],
         "jacobian": jacobian_picture(app.jacobian, deep),
     }
     if deep:
@@ -2542,3 +2542,73 @@ def test_overflow_and_underflow_in_generated_arithmetic(name, formula, values):
         return Kernels(trace, [(u_aux, (), il.transform(_ab_body(formula)))])
 
     same_chain(build, steps=40, before=set_a(values))
+
+
+@pytest.mark.parametrize("name, op", [
+    ("flag * 1", lambda flag: flag * 1),
+    ("1 * flag", lambda flag: 1 * flag),
+    ("flag + 0", lambda flag: flag + 0),
+    ("0 + flag", lambda flag: 0 + flag),
+    ("flag - 0", lambda flag: flag - 0),
+    ("-(-flag)", lambda flag: -(-flag)),
+    ("(flag + 1) - 1", lambda flag: (flag + 1) - 1),
+    ("flag + flag - flag", lambda flag: flag + flag - flag),
+    ("flag", lambda flag: flag),
+])
+def test_arithmetic_identities_on_a_bool_read_keep_the_written_type(name, op):
+    """``flag * 1`` is the int 1 or 0, not the bool: the new trace holds what was written."""
+    def body(model_in, aux_in, model_out, aux_out):
+        flag = read(aux_in["flag"], discrete)
+        write(aux_out["flag"], op(flag), discrete)
+        a = read(model_in["a"], continuous)
+        u = read(aux_in["u"], continuous)
+        write(model_out["a"], a + u, continuous)
+        write(aux_out["u"], -u, continuous)
+        write(model_out["b"], read(model_in["b"], continuous) * 1.0, continuous)
+
+    def before(i, trace):
+        global P_FLAG
+        P_FLAG = 0.5
+        return trace
+
+    try:
+        same_chain(ab_build_q(body, flag_aux), steps=30, before=before, deep=True)
+    finally:
+        globals()["P_FLAG"] = 0.0
+
+
+def ab_build_q(body, q):
+    def build():
+        trace, _ = one_a.generate((), {"a": 0.3})
+        return Kernels(trace, [(q, (), il.transform(body))])
+    return build
+
+
+@il.gen
+def int_or_bool():
+    """``flag`` is a bool (bernoulli) when m, an int (uniform_discrete) otherwise."""
+    m = il.uniform_discrete(0, 1) @ "m"
+    (il.bernoulli(0.5) if m else il.uniform_discrete(0, 1)) @ "flag"
+    il.normal(0.0, 1.0) @ "a"
+    il.normal(0.0, 1.0) @ "b"
+
+
+def test_a_read_that_is_an_int_on_some_moves_and_a_bool_on_others():
+    def body(model_in, aux_in, model_out, aux_out):
+        flag = read(model_in["flag"], discrete)
+        write(model_out["flag"], flag + 0, discrete)
+        a = read(model_in["a"], continuous)
+        u = read(aux_in["u"], continuous)
+        write(model_out["a"], a + u, continuous)
+        write(aux_out["u"], -u, continuous)
+
+    def build():
+        trace, _ = int_or_bool.generate((), {"m": 0, "flag": 1})
+        return Kernels(trace, [(u_aux, (), il.transform(body))])
+
+    def before(i, trace):
+        if i == 20:
+            trace, _, _ = trace.update({"m": 1, "flag": True})
+        return trace
+
+    same_chain(build, steps=30, before=before)
