@@ -2612,3 +2612,187 @@ def test_a_read_that_is_an_int_on_some_moves_and_a_bool_on_others():
         return trace
 
     same_chain(build, steps=30, before=before)
+
+
+# ---------------------------------------------------------------------------
+# models with combinators, many addresses, discrete vectors, formatted addresses
+# ---------------------------------------------------------------------------
+@il.gen
+def point(x):
+    z = il.normal(x, 1.0) @ "z"
+    il.normal(z, 0.5) @ "y"
+
+
+points = il.Map(point)
+
+
+@il.gen
+def map_model(n):
+    m = il.uniform_discrete(1, n) @ "m"
+    points(torch.arange(n, dtype=torch.float64) * 0.5) @ "pts"
+    return m
+
+
+@il.gen
+def pick_aux(trace, n):
+    il.uniform_discrete(0, n - 1) @ "i"
+    il.normal(0.0, 0.3) @ "u"
+
+
+def _map_body(model_in, aux_in, model_out, aux_out):
+    i = read(aux_in["i"], discrete)
+    copy(aux_in["i"], aux_out["i"])
+    m = read(model_in["m"], discrete)
+    u = read(aux_in["u"], continuous)
+    z = read(model_in["pts", i, "z"], continuous)
+    y = read(model_in["pts", m - 1, "y"], continuous)
+    write(model_out["pts", i, "z"], z + u + y * 0.0, continuous)
+    if i != m - 1:
+        write(model_out["pts", m - 1, "y"], y * 1.0, continuous)
+    write(aux_out["u"], -u, continuous)
+
+
+def test_map_combinator_nested_addresses():
+    def build():
+        trace, _ = map_model.generate((6,), {"m": 3})
+        return Kernels(trace, [(pick_aux, (6,), il.transform(_map_body))])
+
+    def before(i, trace):
+        if i % 9 == 8:
+            trace, _, _ = trace.update({"m": 1 + i % 6})
+        return trace
+
+    same_chain(build, steps=50, before=before, deep=True)
+
+
+def _kind_switching_many(n_extra):
+    @il.gen
+    def kind_switch_many():
+        """m = 1: nothing changes kind or disappears; m = 0: z changes kind with k;
+        m = 2: "gone" exists only when k."""
+        m = il.uniform_discrete(0, 2) @ "m"
+        k = il.uniform_discrete(0, 1) @ "k"
+        if k > m:
+            il.poisson(3.0) @ "z"
+        else:
+            il.normal(0.0, 1.0) @ "z"
+        il.normal(0.0, 1.0) @ "a"
+        for e in range(n_extra):
+            il.normal(0.0, 1.0) @ ("e", e)
+        if m == 2 and k:
+            il.normal(0.0, 1.0) @ "gone"
+    return kind_switch_many
+
+
+@pytest.mark.parametrize("n_extra", [0, 45])
+def test_kind_change_and_lost_input_with_many_untouched_addresses(n_extra):
+    """Above 40 addresses the interpreter visits only the touched ones: the kind change of z
+    and the disappearance of "gone" must still raise after the keys compiled (with m = 1)."""
+    model = _kind_switching_many(n_extra)
+
+    def build():
+        trace, _ = model.generate((), {"m": 1, "k": 0, "z": 0.5})
+        return Kernels(trace, [(u_aux, (), il.transform(_flip_k_one))])
+
+    def before(i, trace):
+        if i % 11 == 10:
+            m = (trace["m"] + 1) % 3
+            k = trace["k"]
+            cons = {"m": m, "z": 2 if k > m else 0.5}
+            if m == 2 and k:
+                cons["gone"] = 0.1
+            trace, _, _ = trace.update(cons)
+        return trace
+
+    pictures, _ = same_chain(build, steps=66, before=before)
+    raised = [p[2] for p in pictures if p[0] == "raised"]
+    assert any("disappears" in r for r in raised) and any("is continuous" in r or "is discrete" in r
+                                                         for r in raised)
+    assert outcomes(pictures)[0] > 0
+
+
+@il.gen
+def counts_model():
+    il.iid(il.poisson(3.0), 3) @ "c"
+    il.normal(0.0, 1.0) @ "a"
+
+
+def test_a_discrete_vector_read():
+    def body(model_in, aux_in, model_out, aux_out):
+        c = read(model_in["c"], discrete)
+        a = read(model_in["a"], continuous)
+        u = read(aux_in["u"], continuous)
+        scale = 1.0 + int(c[0]) * 0.1 + float(c.sum()) * 0.01
+        write(model_out["a"], a + u * scale, continuous)
+        write(aux_out["u"], -u, continuous)
+
+    def build():
+        trace, _ = counts_model.generate((), {"c": torch.tensor([1, 2, 3])})
+        return Kernels(trace, [(u_aux, (), il.transform(body))])
+
+    def before(i, trace):
+        if i % 7 == 6:
+            trace, _, _ = trace.update({"c": torch.tensor([i % 5, 1, 2])})
+        return trace
+
+    same_chain(build, steps=40, before=before)
+
+
+@il.gen
+def named_model():
+    k = il.uniform_discrete(1, 3) @ "k"
+    for j in range(1, 4):
+        il.normal(0.0, 1.0) @ f"mu{j}"
+
+
+@il.gen
+def named_aux(trace):
+    il.normal(0.0, 1.0) @ "u"
+
+
+def test_addresses_formatted_from_a_discrete_value():
+    def body(model_in, aux_in, model_out, aux_out):
+        k = read(model_in["k"], discrete)
+        name = f"mu{k}"
+        mu = read(model_in[name], continuous)
+        u = read(aux_in["u"], continuous)
+        write(model_out["mu" + str(k)], mu + u, continuous)
+        write(aux_out["u"], -u, continuous)
+
+    def build():
+        trace, _ = named_model.generate((), {"k": 1})
+        return Kernels(trace, [(named_aux, (), il.transform(body))])
+
+    def before(i, trace):
+        if i % 6 == 5:
+            trace, _, _ = trace.update({"k": 1 + (i // 6) % 3})
+        return trace
+
+    same_chain(build, steps=40, before=before)
+
+
+def spread_with_attribute(u, mu):
+    return u * spread_with_attribute.c
+
+
+spread_with_attribute.c = 1.0
+
+
+@pytest.mark.parametrize("where", ["global function", "closure function"])
+def test_attribute_of_a_function_changed(where):
+    """``spread.c`` (a function attribute, a common memo/config idiom) changed at move 20."""
+    if where == "global function":
+        spread = spread_with_attribute
+    else:
+        def spread(u, mu):
+            return u * spread.c
+        spread.c = 1.0
+
+    def before(i, trace):
+        spread.c = 1.0 if i < 20 else 3.0
+        return trace
+
+    try:
+        same_chain(small_chain(split_merge_with(spread)), before=before)
+    finally:
+        spread_with_attribute.c = 1.0
