@@ -140,7 +140,7 @@ def run_chain(build, steps=STEPS, compile=True, seed=0, before=None, deep=False,
             continue
         pictures.append(("move", record_picture(record, deep), out.getvalue()))
         trace = record.trace
-    fallbacks = [(f.name, f.torch_fallbacks) for f in k.transforms]
+    fallbacks = [(f.name, f.torch_fallbacks, f.last_fallback) for f in k.transforms]
     return pictures, (trace_picture(trace), fallbacks), k
 
 
@@ -2796,3 +2796,31 @@ def test_attribute_of_a_function_changed(where):
         same_chain(small_chain(split_merge_with(spread)), before=before)
     finally:
         spread_with_attribute.c = 1.0
+
+
+# ---------------------------------------------------------------------------
+# work counters (il.count_work: what notebooks show about incremental update)
+# ---------------------------------------------------------------------------
+def work_of_chain(compile, read_records):
+    data = mixture.synthetic_data(40, seed=6)
+    torch.manual_seed(2)
+    trace = mixture.initial_trace(data, k=3)
+    f = il.transform(mixture.split_merge.fn, name="split_merge")
+    f.compile = compile
+    for _ in range(25):                       # learn the keys first
+        trace = involutive_move(trace, mixture.split_merge_aux, (), f).trace
+    with il.count_work() as work:
+        for _ in range(15):
+            rec = involutive_move(trace, mixture.split_merge_aux, (), f)
+            if read_records:
+                rec.jacobian.logabsdet, rec.written
+            trace = rec.trace
+    return (work.logpdf_evaluations, work.executions), f
+
+
+@pytest.mark.parametrize("read_records", [False, True], ids=["moves", "moves and their records"])
+def test_work_counted_by_count_work(read_records):
+    ref, _ = work_of_chain(False, read_records)
+    got, f = work_of_chain(True, read_records)
+    assert f.compiled.hits > 5
+    assert got == ref, f"count_work: compiled {got}, interpreted {ref} (logpdf evaluations, executions)"
