@@ -2824,3 +2824,44 @@ def test_work_counted_by_count_work(read_records):
     got, f = work_of_chain(True, read_records)
     assert f.compiled.hits > 5
     assert got == ref, f"count_work: compiled {got}, interpreted {ref} (logpdf evaluations, executions)"
+
+
+# ---------------------------------------------------------------------------
+# code whose file name merely starts like the engine's; a profiler running
+# ---------------------------------------------------------------------------
+def test_user_code_whose_path_starts_with_the_engine_directory():
+    """A user's module at ``<site>/imcmc_lab_plugins/helpers.py`` is not engine code."""
+    import os
+    engine_dir = os.path.dirname(il.__file__)
+    lib = types.ModuleType("imcmc_lab_plugins_helpers")
+    source = "K = 1.0\ndef spread(u, mu):\n    return u * K\n"
+    exec(compile(source, engine_dir + "_plugins" + os.sep + "helpers.py", "exec"), lib.__dict__)
+
+    def before(i, trace):
+        lib.K = 1.0 if i < 20 else 3.0
+        return trace
+
+    same_chain(small_chain(split_merge_with(lib.spread)), before=before)
+
+
+def test_moves_under_a_running_profiler():
+    """cProfile (what %prun uses) is running while keys are learned: same moves, and the
+    profiler still works afterwards."""
+    import cProfile
+    import pstats
+
+    def run(compile):
+        profiler = cProfile.Profile()
+        profiler.enable()
+        try:
+            pictures, final, k = run_chain(small_chain(split_merge_with(lambda u, mu: u)), 30, compile)
+        finally:
+            profiler.disable()
+        stats = pstats.Stats(profiler)
+        return pictures, final, k, any("involutive_move" in str(key) for key in stats.stats)
+
+    ref, ref_final, _, ref_seen = run(False)
+    got, got_final, k, got_seen = run(True)
+    assert ref == got and ref_final == got_final
+    assert ref_seen and got_seen
+    assert k.transforms[0].compiled.hits > 0
