@@ -9,6 +9,7 @@ computes ``log |det J|`` on what copies leave over.
 
 from __future__ import annotations
 
+import copy as copy_module
 import math
 from itertools import chain
 from operator import attrgetter, itemgetter
@@ -547,18 +548,31 @@ class CompiledApplication(Application):
 
     run = jacobian = None       # (class level: the properties below replace them)
 
-    def __init__(self, f, inputs, update, new_aux, logabsdet):
-        self.transform, self._inputs = f, inputs
+    def __init__(self, f, inputs, update, new_aux, answer):
+        self.transform, self._inputs, self._fn = f, inputs, f.fn
         self.new_model, self.model_log_ratio, self._model_update = update.trace, update.weight, update
         self.new_aux = new_aux
         self.log_q_new = new_aux.score if new_aux is not EMPTY_AUX else 0.0
-        self._logabsdet, self._interpreted = logabsdet, None
+        self._answer, self._logabsdet, self._interpreted = answer, answer[2], None
         self.problem = support_problem(self)
 
     def _detail(self):
+        """The interpreter's application on the move's traces, with the move's function; it
+        must reproduce the move's written values and log |det J| bit for bit (it does unless
+        something the transform reads was changed since the move: then this says so)."""
         if self._interpreted is None:
             f, (x, y, q, q_args) = self.transform, self._inputs
-            self._interpreted = interpret(f, x, y, q, q_args, True, None)
+            if f.fn is not self._fn:
+                f = copy_module.copy(f)
+                f.fn = self._fn
+            app = interpret(f, x, y, q, q_args, True, None)
+            if not agrees(app, self._answer):
+                raise TransformError(
+                    f"the record of this move of {f.name} cannot be rebuilt: the transform (or a global, "
+                    f"closure or module attribute it reads) changed after the move was made, and the "
+                    f"move's reads, writes and Jacobian are rebuilt on first access. Read a record before "
+                    f"changing what its transform uses, or make the transform with compile=False.")
+            self._interpreted = app
         return self._interpreted
 
     run = property(lambda self: self._detail().run)
@@ -604,7 +618,7 @@ def apply_compiled(cache, f, x, y, q, q_args):
                 not _in_order(yn_flat, rows_a) or not _in_order(y_flat, cols_a):
             return _continue(f, x, y, q, q_args, update, generate)
     cache.report.hits += 1
-    return CompiledApplication(f, (x, y, q, q_args), update, new_aux, ld)
+    return CompiledApplication(f, (x, y, q, q_args), update, new_aux, out)
 
 
 def _model_side_holds(update, x_flat, xn_flat, mo, kinds, post, inputs, rows, cols):

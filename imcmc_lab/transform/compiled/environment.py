@@ -13,7 +13,7 @@ a user object, ``random.random``), or a C function outside a short list of pure 
 call, so the trace-time re-run of the user's code never prints or draws twice.
 
 Per move, :meth:`Environment.ok` checks the recorded facts (a few dict lookups and ``is``
-tests, and a global tensor's ``_version``): any change makes the move a miss.
+tests): any change makes the move a miss.
 """
 
 from __future__ import annotations
@@ -31,7 +31,11 @@ import torch
 from ..language import Label, Transform
 from .symbolic import _TORCH, Unsupported
 
-_ENGINE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The engine code a traced transform may run unwatched: the tracer itself and the transform
+# language (read, write, copy, tcall, run_on). Any other engine function (a distribution's
+# sample, an example's helper) is user code here: recorded through names, or refused.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_LANGUAGE = os.path.join(os.path.dirname(_HERE), "language.py")
 _MISSING = object()
 _IMMUTABLE = (int, float, bool, str, bytes, complex, type(None), range, type(Ellipsis), Label)
 _PURE_BUILTINS = {getattr(builtins, n) for n in (
@@ -47,13 +51,16 @@ _OPAQUE = {builtins.type: "type()", builtins.isinstance: "isinstance()", builtin
            builtins.exec: "exec()"}
 # Bytecode that stores outside the run (a re-run while tracing would repeat the store) or
 # tests identity (a proxy is never the plain value's object).
-_STORES = {"STORE_GLOBAL", "DELETE_GLOBAL", "STORE_ATTR", "DELETE_ATTR", "DELETE_SUBSCR", "IMPORT_NAME"}
+_STORES = {"STORE_GLOBAL", "DELETE_GLOBAL", "STORE_ATTR", "DELETE_ATTR", "DELETE_SUBSCR", "IMPORT_NAME",
+           "MATCH_CLASS", "MATCH_MAPPING", "MATCH_SEQUENCE", "MATCH_KEYS"}
 _PURE_BUILTINS |= {v for m in (math, operator) for v in vars(m).values() if callable(v) and not isinstance(v, type)}
+_PURE_BUILTINS -= {operator.is_, operator.is_not, operator.attrgetter, operator.methodcaller, operator.delitem}
 _PURE_METHOD_OWNERS = (list, tuple, dict, set, frozenset, int, float, str, bool, range)
 
 
 def _engine_code(code):
-    return code.co_filename.startswith(_ENGINE)
+    name = code.co_filename
+    return name.startswith(_HERE) or name == _LANGUAGE
 
 
 def _nested_codes(code):
@@ -68,22 +75,36 @@ class Environment:
 
     def __init__(self):
         self.checks = []        # (getter, key, expected object): getter(key, _MISSING) is expected
-        self.versions = []      # (tensor, its _version)
         self.codes = set()      # the code objects the transform may run
         self._seen = set()
+        self._names = set()     # every name the recorded code objects use
+        self._modules, self._module_ids, self._scanned = [], set(), set()
 
     def ok(self):
         """Whether everything recorded is still what it was (per move, before the generated code)."""
         for getter, key, obj in self.checks:
             if getter(key, _MISSING) is not obj:
                 return False
-        for t, v in self.versions:
-            if t._version != v:
-                return False
         return True
 
     def record_transform(self, f):
-        """Record ``f`` (a Transform) and everything its function reaches."""
+        """Record ``f`` (a Transform) and everything its function reaches: then the attributes
+        of every module reached (global, closure, default, attribute of one), named by any
+        recorded code, until nothing new is found."""
+        self._record_transform(f)
+        while True:
+            todo = [(m, n) for m in list(self._modules) for n in sorted(self._names)
+                    if (id(m), n) not in self._scanned]
+            if not todo:
+                return
+            for m, name in todo:
+                self._scanned.add((id(m), name))
+                d = vars(m)
+                if name in d:
+                    self.checks.append((d.get, name, d[name]))
+                    self._value(d[name], f"{m.__name__}.{name}")
+
+    def _record_transform(self, f):
         self._attr(f, "fn", f.fn)
         self.record_function(f.fn)
 
@@ -113,50 +134,46 @@ class Environment:
             self.codes.add(c)
             names.update(c.co_names)
             _scan(c, fn.__name__)
+        self._names |= names
         self._globals(fn.__globals__, names)
 
     def _globals(self, g, names):
         b = g.get("__builtins__", builtins)
         b = b if type(b) is dict else vars(b)
-        modules = []
         for name in sorted(names):
             if name in g:
                 value = g[name]
                 self.checks.append((g.get, name, value))
                 self._value(value, f"the global {name}")
-                if isinstance(value, types.ModuleType):
-                    modules.append(value)
             elif name in b:
                 self.checks.append((g.get, name, _MISSING))
                 self.checks.append((b.get, name, b[name]))
                 self._value(b[name], f"the builtin {name}")
-        for m in modules:
-            d = vars(m)
-            for name in names:
-                if name in d:
-                    self.checks.append((d.get, name, d[name]))
-                    self._value(d[name], f"{m.__name__}.{name}")
 
     def _value(self, value, what):
         """Refuse a value whose contents could change without its identity changing."""
         if _hashable(value) and value in _OPAQUE:
             raise Unsupported(f"uses {_OPAQUE[value]}")
-        if isinstance(value, _IMMUTABLE) or isinstance(value, (types.ModuleType, types.BuiltinFunctionType)):
+        if isinstance(value, types.ModuleType):
+            if id(value) not in self._module_ids:
+                self._module_ids.add(id(value))
+                self._modules.append(value)
+            return
+        if isinstance(value, _IMMUTABLE) or isinstance(value, types.BuiltinFunctionType):
             return
         if isinstance(value, (tuple, frozenset)):
             for v in value:
                 self._value(v, what)
             return
         if isinstance(value, Transform):
-            self.record_transform(value)
+            self._record_transform(value)
             return
         if isinstance(value, types.FunctionType):
             if not _engine_code(value.__code__):
                 self.record_function(value)
             return
-        if type(value) is torch.Tensor:
-            self.versions.append((value, value._version))
-            return
+        if isinstance(value, torch.Tensor):
+            raise Unsupported(f"reads {what}, a tensor (its storage could change between moves)")
         if isinstance(value, type) and value.__module__ in ("builtins", "math"):
             return
         if callable(value) and type(value).__module__.startswith("torch"):
@@ -203,7 +220,8 @@ def _scan(code, where):
     previous = None
     for ins in dis.get_instructions(code):
         op = ins.opname
-        if op in _STORES or (op == "STORE_DEREF" and ins.argval in code.co_freevars):
+        if op in _STORES or (op == "STORE_DEREF" and ins.argval in code.co_freevars) or \
+                (op in ("LOAD_ATTR", "LOAD_METHOD") and str(ins.argval).startswith("__")):
             raise Unsupported(f"{op.lower().replace('_', ' ')} {ins.argval} in {where} "
                               f"(line {ins.positions.lineno if ins.positions else '?'})")
         if op == "IS_OP" and not (previous is not None and previous.opname == "LOAD_CONST"

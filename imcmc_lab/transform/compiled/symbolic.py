@@ -43,7 +43,14 @@ def set_tracer(tracer):
 
 class Unsupported(BaseException):
     """The tracer cannot follow the transform here (the engine runs it). A BaseException, as
-    dual.NeedsTorch: a transform's own ``except Exception`` must not swallow it."""
+    dual.NeedsTorch: a transform's own ``except Exception`` must not swallow it; one raised
+    while a tracer runs marks it, so a bare ``except:`` that swallows it still refuses the key."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        tracer = getattr(_state, "tracer", None)
+        if tracer is not None:
+            tracer.refused = str(args[0]) if args else "unsupported"
 
 
 # ---------------------------------------------------------------------------

@@ -61,6 +61,7 @@ class Tracer(Accounting, Returns):
         self.post = []          # (address, expected membership in the new model trace)
         self.env = {}           # variable -> its concrete value
         self.kinds = {MODEL: [], AUX: []}       # per output, in the returned dicts' order
+        self.refused = None     # set by any Unsupported raised while this tracer runs
 
     # -- code ------------------------------------------------------------
     def name(self, prefix="t"):
@@ -246,6 +247,8 @@ def trace_once(f, x, y, app, env):
             f.run_on(handles)
         finally:
             env.stop(previous)
+        if tr.refused is not None:      # (the transform caught it: its other branch is not the key)
+            raise Unsupported(f"the transform caught the tracer's refusal ({tr.refused})")
         tr.finish(app)
     finally:
         set_tracer(None)
