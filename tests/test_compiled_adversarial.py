@@ -2865,3 +2865,66 @@ def test_moves_under_a_running_profiler():
     assert ref == got and ref_final == got_final
     assert ref_seen and got_seen
     assert k.transforms[0].compiled.hits > 0
+
+
+# ---------------------------------------------------------------------------
+# vector values: truth value, and operations the tracer's vector lacks (Python's own TypeError)
+# ---------------------------------------------------------------------------
+@il.gen
+def vec2_model():
+    il.iid(il.normal(0.0, 1.0), 2) @ "v"
+    il.iid(il.normal(0.0, 1.0), 1) @ "one"
+
+
+def _vec_body(decide):
+    def body(model_in, aux_in, model_out, aux_out):
+        v = read(model_in["v"], continuous)
+        one = read(model_in["one"], continuous)
+        u = read(aux_in["u"], continuous)
+        c = 2.0 if decide(v, one) else 1.0
+        write(model_out["v"], v + u * c, continuous)
+        write(model_out["one"], one * 1.0, continuous)
+        write(aux_out["u"], -u, continuous)
+    return body
+
+
+def _try_pow(v, one):
+    try:
+        return bool((v ** 2).sum() > 3.0)
+    except TypeError:
+        return False
+
+
+def _try_float(v, one):
+    try:
+        return float(one) > 0.9
+    except TypeError:
+        return False
+
+
+def _try_less(v, one):
+    try:
+        return bool((one < -0.9)[0])
+    except TypeError:
+        return False
+
+
+@pytest.mark.parametrize("name, decide", [
+    ("truth of a one-element vector", lambda v, one: bool(one)),
+    ("try v ** 2 except TypeError", _try_pow),
+    ("try float(vector) except TypeError", _try_float),
+    ("try vector < x except TypeError", _try_less),
+])
+def test_vector_operations_the_interpreter_runs(name, decide):
+    def build():
+        trace, _ = vec2_model.generate((), {"one": torch.tensor([0.5], dtype=torch.float64)})
+        return Kernels(trace, [(u_aux, (), il.transform(_vec_body(decide)))])
+
+    def before(i, trace):
+        if i % 6 == 5:
+            value = [0.0, 1.5, -1.5][(i // 6) % 3]
+            trace, _, _ = trace.update({"one": torch.tensor([value], dtype=torch.float64),
+                                        "v": torch.tensor([value, 2.0 * value], dtype=torch.float64)})
+        return trace
+
+    same_chain(build, steps=60, before=before)
