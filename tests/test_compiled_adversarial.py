@@ -2983,3 +2983,39 @@ def test_truth_value_of_a_one_element_vector_in_a_sampler():
     got = light_chain(build, 60, True, before)
     for i, (a, b) in enumerate(zip(ref, got)):
         assert a == b, f"move {i}: {first_difference(a, b)}"
+
+
+@pytest.mark.parametrize("name, decide", [
+    ("try v ** 2 except TypeError", _try_pow),
+    ("try float(vector) except TypeError", _try_float),
+    ("try vector < x except TypeError", _try_less),
+    ("try +vector except TypeError", lambda v, one: _try(lambda: bool((+one).sum() > 0.9))),
+    ("truth of a one-element vector", lambda v, one: bool(one)),
+])
+def test_vector_operations_after_keys_compiled_on_small_values(name, decide):
+    """20 moves with small values (every decision False: the key the tracer makes agrees with
+    the interpreter there), then large ones (the interpreter decides True)."""
+    def build():
+        trace, _ = vec2_mv_model.generate((), {"one": torch.tensor([0.5], dtype=torch.float64)})
+        return Kernels(trace, [(u_aux, (), il.transform(_vec_body(decide)))])
+
+    def before(i, trace):
+        if i < 20:
+            v, one = [0.1, 0.2], [0.0 if name.startswith("truth") else 0.5]
+        else:
+            v, one = [1.5, 3.0], [[1.5, -1.5][i % 2]]
+        trace, _, _ = trace.update({"v": torch.tensor(v, dtype=torch.float64),
+                                    "one": torch.tensor(one, dtype=torch.float64)})
+        return trace
+
+    ref = light_chain(build, 30, False, before)
+    got = light_chain(build, 30, True, before)
+    for i, (a, b) in enumerate(zip(ref, got)):
+        assert a == b, f"move {i}: {first_difference(a, b)}"
+
+
+def _try(fn):
+    try:
+        return fn()
+    except TypeError:
+        return False
