@@ -3019,3 +3019,41 @@ def _try(fn):
         return fn()
     except TypeError:
         return False
+
+
+# ---------------------------------------------------------------------------
+# support failures on compiled keys: p(x') = 0 and q_x'(y') = 0
+# ---------------------------------------------------------------------------
+@il.gen
+def positive_model():
+    il.gamma(2.0, 1.0) @ "s"
+    il.normal(0.0, 1.0) @ "b"
+
+
+@il.gen
+def beta_aux(trace):
+    il.beta(2.0, 2.0) @ "p"
+
+
+def test_support_failures_on_compiled_keys():
+    """s' = s + 2p - 1.2 can be negative (p(x') = 0); p' = 1.3 - p can leave (0, 1) (q = 0)."""
+    def body(model_in, aux_in, model_out, aux_out):
+        s = read(model_in["s"], continuous)
+        p = read(aux_in["p"], continuous)
+        write(model_out["s"], s + 2.0 * p - 1.2, continuous)
+        write(aux_out["p"], 1.3 - p, continuous)
+        write(model_out["b"], read(model_in["b"], continuous) * 1.0, continuous)
+
+    def build():
+        trace, _ = positive_model.generate((), {"s": 0.4})
+        return Kernels(trace, [(beta_aux, (), il.transform(body))])
+
+    def before(i, trace):
+        if i % 5 == 4:
+            trace, _, _ = trace.update({"s": 0.2 + 0.3 * (i % 3)})
+        return trace
+
+    pictures, k = same_chain(build, steps=60, before=before, deep=True)
+    problems = [p[1]["problem"] for p in pictures if p[0] == "move" and p[1].get("problem")]
+    assert any("p(x') = 0" in s for s in problems) and any("q_{x'}(y') = 0" in s for s in problems)
+    assert k.transforms[0].compiled.hits > 0
