@@ -593,11 +593,11 @@ def apply_compiled(cache, f, x, y, q, q_args):
     is checked here; one that fails hands the move to the interpreter with the update (and
     generate) made already, so it raises or records exactly what it would have."""
     x_flat, y_flat = x.flat_records(), y.flat_records()
-    out = cache.lookup(x_flat, y_flat)
-    if out is None:
+    found = cache.lookup(x_flat, y_flat)
+    if found is None:
         return None
-    mo, ao, ld, post, inputs, rows_m, rows_a, cols_m, cols_a, key = out
-    kinds_m, kinds_a, n_aux = cache.keys[key]
+    out, (kinds_m, kinds_a, n_aux) = found
+    mo, ao, ld, post, inputs, rows_m, rows_a, cols_m, cols_a, _ = out
     if not math.isfinite(ld) or len(y_flat) != n_aux or (q is None and ao):
         return None         # the interpreter records the Jacobian problem / raises
     try:
