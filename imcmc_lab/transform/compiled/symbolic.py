@@ -641,7 +641,9 @@ class SVec(_Torchy):
     def __iter__(self):
         return iter(self.elements())
 
-    __eq__ = __ne__ = _refuse
+    # (DualVector's truth value and comparisons are value-based; Python's defaults here would
+    # not be: len() for bool, identity for ==)
+    __eq__ = __ne__ = __bool__ = __lt__ = __le__ = __gt__ = __ge__ = __pow__ = __float__ = _refuse
 
     def reshape(self, *shape):
         if shape in ((-1,), ((-1,),)):
