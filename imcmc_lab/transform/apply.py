@@ -541,15 +541,15 @@ def compiled_cache(f, check_dimension, autodiff):
 class CompiledApplication(Application):
     """An :class:`Application` whose transform ran as generated code. The new traces, the
     log-density terms, ``logabsdet`` and ``problem`` are the move's own; the interpreter's
-    record (``run``, ``jacobian``, the implicit copies) is made on first access by applying
-    the transform interpreted to the same two input traces: a deterministic function of them
-    (and no random draw: the update and generate drew nothing), so it is the record the
-    interpreter would have made."""
+    record (``run``, ``jacobian``, the implicit copies) is made on first access by running the
+    transform interpreted on the same two input traces (a deterministic function of them) and
+    the interpreter's accounting on the move's own update and generate results (so no model
+    or auxiliary program runs again): the record the interpreter would have made."""
 
     run = jacobian = None       # (class level: the properties below replace them)
 
-    def __init__(self, f, inputs, update, new_aux, answer):
-        self.transform, self._inputs, self._fn = f, inputs, f.fn
+    def __init__(self, f, inputs, update, generate, new_aux, answer):
+        self.transform, self._inputs, self._fn, self._generate = f, inputs, f.fn, generate
         self.new_model, self.model_log_ratio, self._model_update = update.trace, update.weight, update
         self.new_aux = new_aux
         self.log_q_new = new_aux.score if new_aux is not EMPTY_AUX else 0.0
@@ -565,7 +565,7 @@ class CompiledApplication(Application):
             if f.fn is not self._fn:
                 f = copy_module.copy(f)
                 f.fn = self._fn
-            app = interpret(f, x, y, q, q_args, True, None)
+            app = interpret(f, x, y, q, q_args, True, None, self._model_update, self._generate)
             if not agrees(app, self._answer):
                 raise TransformError(
                     f"the record of this move of {f.name} cannot be rebuilt: the transform (or a global, "
@@ -593,11 +593,11 @@ def apply_compiled(cache, f, x, y, q, q_args):
     is checked here; one that fails hands the move to the interpreter with the update (and
     generate) made already, so it raises or records exactly what it would have."""
     x_flat, y_flat = x.flat_records(), y.flat_records()
-    out = cache.lookup(x_flat, y_flat)
-    if out is None:
+    found = cache.lookup(x_flat, y_flat)
+    if found is None:
         return None
-    mo, ao, ld, post, inputs, rows_m, rows_a, cols_m, cols_a, key = out
-    kinds_m, kinds_a, n_aux = cache.keys[key]
+    out, (kinds_m, kinds_a, n_aux) = found
+    mo, ao, ld, post, inputs, rows_m, rows_a, cols_m, cols_a, _ = out
     if not math.isfinite(ld) or len(y_flat) != n_aux or (q is None and ao):
         return None         # the interpreter records the Jacobian problem / raises
     try:
@@ -608,6 +608,7 @@ def apply_compiled(cache, f, x, y, q, q_args):
     xn_flat = update.trace.flat_records()
     if not _model_side_holds(update, x_flat, xn_flat, mo, kinds_m, post, inputs, rows_m, cols_m):
         return _continue(f, x, y, q, q_args, update)
+    generate = None
     if q is None:
         new_aux = EMPTY_AUX
     else:
@@ -618,7 +619,7 @@ def apply_compiled(cache, f, x, y, q, q_args):
                 not _in_order(yn_flat, rows_a) or not _in_order(y_flat, cols_a):
             return _continue(f, x, y, q, q_args, update, generate)
     cache.report.hits += 1
-    return CompiledApplication(f, (x, y, q, q_args), update, new_aux, out)
+    return CompiledApplication(f, (x, y, q, q_args), update, generate, new_aux, out)
 
 
 def _model_side_holds(update, x_flat, xn_flat, mo, kinds, post, inputs, rows, cols):

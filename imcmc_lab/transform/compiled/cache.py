@@ -36,18 +36,21 @@ class CompiledTransform:
         self._reset()
 
     def _reset(self):
-        self.fn, self.env, self.root = None, None, Node()
+        self.serving = (None, {})      # (function, key kinds): replaced as one, for threads
+        self.env, self.root = None, Node()
         self.keys = {}          # key index -> (model kinds, aux kinds, number of aux addresses)
         self.next_index = 0
         self.seen, self.waiting, self.compiled_items, self.refused = {}, [], [], 0
         self.report.keys = 0
 
     def lookup(self, x_flat, y_flat):
-        """The generated code's answer for ``(x_flat, y_flat)``, or None (a miss)."""
-        fn = self.fn
+        """``(the generated code's answer, its key's kinds)`` for ``(x_flat, y_flat)``, or None
+        (a miss)."""
+        fn, keys = self.serving
         if fn is None or not self.env.ok():
             return None
-        return fn(x_flat, y_flat)
+        out = fn(x_flat, y_flat)
+        return None if out is None else (out, keys[out[-1]])
 
     def learn(self, x, y, app, check):
         """Learn from the interpreter's application ``app`` on ``(x, y)``; ``check(out)``
@@ -126,7 +129,8 @@ class CompiledTransform:
             self.compiled_items.append(items)
             self.keys[index] = kinds
         self.waiting = []
-        self.fn, self.source = build(self.root, self.f.name)
+        fn, self.source = build(self.root, self.f.name)
+        self.serving = (fn, dict(self.keys))
         self.report.keys = len(self.keys)
         if len(self.keys) >= MAX_KEYS:
             self.report.learning = False

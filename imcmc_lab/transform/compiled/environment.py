@@ -34,8 +34,8 @@ from .symbolic import _TORCH, Unsupported
 # The engine code a traced transform may run unwatched: the tracer itself and the transform
 # language (read, write, copy, tcall, run_on). Any other engine function (a distribution's
 # sample, an example's helper) is user code here: recorded through names, or refused.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_LANGUAGE = os.path.join(os.path.dirname(_HERE), "language.py")
+_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_LANGUAGE = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "language.py")
 _MISSING = object()
 _IMMUTABLE = (int, float, bool, str, bytes, complex, type(None), range, type(Ellipsis), Label)
 _PURE_BUILTINS = {getattr(builtins, n) for n in (
@@ -49,14 +49,32 @@ _OPAQUE = {builtins.type: "type()", builtins.isinstance: "isinstance()", builtin
            builtins.hasattr: "hasattr()", builtins.setattr: "setattr()", builtins.delattr: "delattr()",
            builtins.globals: "globals()", builtins.locals: "locals()", builtins.eval: "eval()",
            builtins.exec: "exec()"}
-# Bytecode that stores outside the run (a re-run while tracing would repeat the store) or
-# tests identity (a proxy is never the plain value's object).
-_STORES = {"STORE_GLOBAL", "DELETE_GLOBAL", "STORE_ATTR", "DELETE_ATTR", "DELETE_SUBSCR", "IMPORT_NAME",
-           "MATCH_CLASS", "MATCH_MAPPING", "MATCH_SEQUENCE", "MATCH_KEYS"}
-_PURE_BUILTINS |= {v for m in (math, operator) for v in vars(m).values() if callable(v) and not isinstance(v, type)}
-_PURE_BUILTINS -= {operator.is_, operator.is_not, operator.attrgetter, operator.methodcaller, operator.delitem}
+# The bytecode a traced function may use (an allow-list, CPython 3.11-3.13): locals,
+# constants, globals and closure reads, arithmetic, comparisons, containers built in the run,
+# jumps, loops, calls (vetted by the profile hook while tracing), returns. Refused: exception
+# handlers and ``with`` (an ``except`` can swallow the tracer's refusal), stores outside the
+# run (globals, attributes, free variables), deletions, imports, pattern matching (C-level
+# isinstance), class bodies, async code; ``is`` except against None; dunder attribute loads.
+_ALLOWED_OPS = {
+    "NOP", "RESUME", "CACHE", "PRECALL", "CALL", "KW_NAMES", "PUSH_NULL", "POP_TOP", "COPY", "SWAP",
+    "EXTENDED_ARG", "LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_FAST_LOAD_FAST",
+    "STORE_FAST", "STORE_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST", "STORE_FAST_MAYBE_NULL", "DELETE_FAST",
+    "LOAD_CONST", "RETURN_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "MAKE_CELL", "COPY_FREE_VARS",
+    "LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR", "BINARY_OP", "BINARY_SUBSCR", "BINARY_SLICE", "STORE_SUBSCR",
+    "STORE_SLICE", "UNARY_NEGATIVE", "UNARY_NOT", "UNARY_POSITIVE", "UNARY_INVERT", "TO_BOOL", "COMPARE_OP",
+    "IS_OP", "CONTAINS_OP", "BUILD_TUPLE", "BUILD_LIST", "BUILD_MAP", "BUILD_SET", "BUILD_SLICE",
+    "BUILD_STRING", "BUILD_CONST_KEY_MAP", "LIST_APPEND", "SET_ADD", "MAP_ADD", "LIST_EXTEND", "SET_UPDATE",
+    "DICT_UPDATE", "DICT_MERGE", "LIST_TO_TUPLE", "UNPACK_SEQUENCE", "UNPACK_EX", "FORMAT_VALUE",
+    "FORMAT_SIMPLE", "FORMAT_WITH_SPEC", "CONVERT_VALUE", "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT",
+    "JUMP", "JUMP_NO_INTERRUPT", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_NONE",
+    "POP_JUMP_IF_NOT_NONE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_NONE",
+    "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_TRUE",
+    "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE", "JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP",
+    "GET_ITER", "FOR_ITER", "END_FOR", "RETURN_VALUE", "MAKE_FUNCTION", "SET_FUNCTION_ATTRIBUTE",
+    "CALL_FUNCTION_EX", "CALL_INTRINSIC_1", "LOAD_ASSERTION_ERROR", "RAISE_VARARGS", "CALL_KW",
+}
 _PURE_METHOD_OWNERS = (list, tuple, dict, set, frozenset, int, float, str, bool, range)
-
+_GENERATOR_OPS = {"RETURN_GENERATOR", "YIELD_VALUE", "SEND", "END_SEND", "POP_ITER"}      # a <genexpr> only
 
 def _engine_code(code):
     name = code.co_filename
@@ -79,6 +97,7 @@ class Environment:
         self._seen = set()
         self._names = set()     # every name the recorded code objects use
         self._modules, self._module_ids, self._scanned = [], set(), set()
+        self._entry = None
 
     def ok(self):
         """Whether everything recorded is still what it was (per move, before the generated code)."""
@@ -99,10 +118,17 @@ class Environment:
                 return
             for m, name in todo:
                 self._scanned.add((id(m), name))
-                d = vars(m)
+                d = vars(m) if hasattr(m, "__dict__") else {}
                 if name in d:
                     self.checks.append((d.get, name, d[name]))
                     self._value(d[name], f"{m.__name__}.{name}")
+
+    def _namespace(self, obj):
+        """An object whose attributes the code may read by name (a module, a function, a
+        transform): each attribute a recorded code object names is guarded (and classified)."""
+        if id(obj) not in self._module_ids:
+            self._module_ids.add(id(obj))
+            self._modules.append(obj)
 
     def _record_transform(self, f):
         self._attr(f, "fn", f.fn)
@@ -114,6 +140,7 @@ class Environment:
     def record_function(self, fn):
         """Record a Python function: code, defaults, closure cells, the globals and module
         attributes its code names (with each value classified by :meth:`_value`)."""
+        self._namespace(fn)
         if id(fn) in self._seen:
             return
         self._seen.add(id(fn))
@@ -155,9 +182,7 @@ class Environment:
         if _hashable(value) and value in _OPAQUE:
             raise Unsupported(f"uses {_OPAQUE[value]}")
         if isinstance(value, types.ModuleType):
-            if id(value) not in self._module_ids:
-                self._module_ids.add(id(value))
-                self._modules.append(value)
+            self._namespace(value)
             return
         if isinstance(value, _IMMUTABLE) or isinstance(value, types.BuiltinFunctionType):
             return
@@ -166,9 +191,11 @@ class Environment:
                 self._value(v, what)
             return
         if isinstance(value, Transform):
+            self._namespace(value)
             self._record_transform(value)
             return
         if isinstance(value, types.FunctionType):
+            self._namespace(value)
             if not _engine_code(value.__code__):
                 self.record_function(value)
             return
@@ -185,6 +212,7 @@ class Environment:
         call outside what the tracer models. This thread only (``sys.setprofile``). Not a
         context manager: its exit would be a call the hook refuses."""
         previous = sys.getprofile()
+        self._entry = sys._getframe(1)      # trace_once's frame: the walk in _by_tracer stops there
         sys.setprofile(self._profile)
         return previous
 
@@ -195,9 +223,9 @@ class Environment:
     def _profile(self, frame, event, arg):
         if event == "call":
             code = frame.f_code
-            if code not in self.codes and not _engine_code(code):
+            if code not in self.codes and not _engine_code(code) and not self._by_tracer(frame.f_back):
                 raise Unsupported(f"calls {code.co_name} (not reached through the transform's names)")
-        elif event == "c_call" and not _engine_code(frame.f_code):
+        elif event == "c_call" and not _engine_code(frame.f_code) and not self._by_tracer(frame):
             if arg in _PURE_BUILTINS or arg in _TORCH:
                 return
             owner = getattr(arg, "__self__", None)
@@ -205,6 +233,16 @@ class Environment:
                 return
             raise Unsupported(f"calls {getattr(arg, '__qualname__', getattr(arg, '__name__', arg))}")
 
+    def _by_tracer(self, frame):
+        """Whether ``frame`` runs on behalf of the tracer (a tracer frame is among its callers
+        below the trace's entry): the tracer reads records' distributions (``dist.discrete``
+        may be a property), which is not the transform's doing."""
+        entry = self._entry
+        while frame is not None and frame is not entry:
+            if frame.f_code.co_filename.startswith(_HERE):
+                return True
+            frame = frame.f_back
+        return False
 
 def _hashable(value):
     try:
@@ -215,16 +253,19 @@ def _hashable(value):
 
 
 def _scan(code, where):
-    """Refuse code that stores outside its own run or tests identity (``x is y``, except
-    ``x is None``: a traced value is never None, and neither is the value it stands for)."""
+    """Refuse code outside :data:`_ALLOWED_OPS` (see there), before it is traced."""
+    if getattr(code, "co_exceptiontable", b""):
+        raise Unsupported(f"an exception handler or with block in {where}")
+    allowed = _ALLOWED_OPS | (_GENERATOR_OPS if code.co_name == "<genexpr>" else set())
     previous = None
     for ins in dis.get_instructions(code):
         op = ins.opname
-        if op in _STORES or (op == "STORE_DEREF" and ins.argval in code.co_freevars) or \
-                (op in ("LOAD_ATTR", "LOAD_METHOD") and str(ins.argval).startswith("__")):
-            raise Unsupported(f"{op.lower().replace('_', ' ')} {ins.argval} in {where} "
-                              f"(line {ins.positions.lineno if ins.positions else '?'})")
+        line = ins.positions.lineno if ins.positions else "?"
+        if op not in allowed and not (op == "STORE_DEREF" and ins.argval in code.co_cellvars):
+            raise Unsupported(f"{op} {ins.argval if ins.arg is not None else ''} in {where} (line {line})".replace("  ", " "))
+        if op in ("LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR") and str(ins.argval).startswith("__"):
+            raise Unsupported(f"the attribute {ins.argval} in {where} (line {line})")
         if op == "IS_OP" and not (previous is not None and previous.opname == "LOAD_CONST"
                                   and previous.argval is None):
-            raise Unsupported(f"an identity test (is) in {where}")
+            raise Unsupported(f"an identity test (is) in {where} (line {line})")
         previous = ins

@@ -57,6 +57,9 @@ class Unsupported(BaseException):
 # linear forms over the generated code's integer variables
 # ---------------------------------------------------------------------------
 class Lin:
+    """A linear form ``sum(coef * var) + c`` over the generated code's integer variables
+    (discrete reads, vector lengths): how a discrete value is known generically."""
+
     __slots__ = ("terms", "c")
 
     def __init__(self, terms, c):
@@ -212,6 +215,9 @@ def conc(x):
 # expressions of the generated code: (value, code, literal?)
 # ---------------------------------------------------------------------------
 class Ex:
+    """A float of the generated code: its trace-time value ``v``, its ``code`` (a variable
+    name or a literal) and whether it is a literal (folded, never guarded)."""
+
     __slots__ = ("v", "code", "lit")
 
     def __init__(self, v, code, lit):
@@ -534,6 +540,9 @@ def seg_len_value(s):
 
 
 class SVec(_Torchy):
+    """A traced vector: segments ``("l", read, start, stop)`` (a run of a vector read's free
+    coordinates, symbolic bounds) or ``("e", TF)`` (one element)."""
+
     __slots__ = ("segs",)
 
     def __init__(self, segs):
@@ -632,7 +641,9 @@ class SVec(_Torchy):
     def __iter__(self):
         return iter(self.elements())
 
-    __eq__ = __ne__ = _refuse
+    # (DualVector's truth value and comparisons are value-based; Python's defaults here would
+    # not be: len() for bool, identity for ==)
+    __eq__ = __ne__ = __bool__ = __lt__ = __le__ = __gt__ = __ge__ = __pow__ = __float__ = _refuse
 
     def reshape(self, *shape):
         if shape in ((-1,), ((-1,),)):
