@@ -2963,6 +2963,7 @@ def light_chain(build, steps, compile, before=None, seed=0):
             continue
         out.append((bits(float(rec.log_alpha)), rec.accepted, trace_picture(rec.model_out)))
         trace = rec.trace
+    light_chain.hits = sum(f.compiled.hits for f in k.transforms)
     return out
 
 
@@ -3057,3 +3058,143 @@ def test_support_failures_on_compiled_keys():
     problems = [p[1]["problem"] for p in pictures if p[0] == "move" and p[1].get("problem")]
     assert any("p(x') = 0" in s for s in problems) and any("q_{x'}(y') = 0" in s for s in problems)
     assert k.transforms[0].compiled.hits > 0
+
+
+# ---------------------------------------------------------------------------
+# seeded random transforms (a small regression net; larger runs found nothing at 52d96e6:
+# 1,300 scalar and 700 vector transforms, 30-40 moves each)
+# ---------------------------------------------------------------------------
+FUZZ_CONSTS = ["0.0", "1.0", "-1.0", "2.0", "0.5", "3", "1", "0", "1e-300", "1e300", "-0.0"]
+FUZZ_SPECIAL = [0.0, -0.0, 1.0, -1.0, 1e-300, 1e300, 2.0, 0.5]
+
+
+def fuzz_expr(rng, names, depth):
+    if depth == 0 or rng.random() < 0.25:
+        return rng.choice(names + FUZZ_CONSTS[:rng.choice([2, 5, len(FUZZ_CONSTS)])])
+    r = rng.random()
+    sub = lambda: fuzz_expr(rng, names, depth - 1)      # noqa: E731
+    if r < 0.55:
+        return f"({sub()} {rng.choice(['+', '-', '*', '/'])} {sub()})"
+    if r < 0.7:
+        return f"torch.{rng.choice(['exp', 'sqrt', 'log'])}({rng.choice(names)} * 0.25 + {sub()})"
+    if r < 0.8:
+        return f"(-{sub()})"
+    if r < 0.9:
+        return f"({sub()} ** 2)"
+    return f"({sub()} if {sub()} {rng.choice(['<', '>', '<=', '>=', '==', '!='])} {sub()} else {sub()})"
+
+
+def fuzz_scalar_source(rng):
+    g, h, s = fuzz_expr(rng, ["b", "u"], 3), fuzz_expr(rng, ["a2", "u"], 3), fuzz_expr(rng, ["u", "b"], 2)
+    return (
+        "def body(model_in, aux_in, model_out, aux_out):\n"
+        "    a = read(model_in['a'], continuous)\n"
+        "    b = read(model_in['b'], continuous)\n"
+        "    u = read(aux_in['u'], continuous)\n"
+        f"    a2 = a * torch.exp({s} * 0.0 + u * 0.1) + {g}\n"
+        f"    b2 = b + {h}\n"
+        "    write(model_out['a'], a2, continuous)\n"
+        "    write(model_out['b'], b2, continuous)\n"
+        "    write(aux_out['u'], -u, continuous)\n")
+
+
+def fuzz_body(source, name):
+    ns = {"read": read, "write": write, "copy": copy, "continuous": continuous, "discrete": discrete,
+          "torch": torch}
+    exec(compile(source, name, "exec"), ns)
+    return ns["body"]
+
+
+@pytest.mark.parametrize("block", range(4))
+def test_fuzzed_scalar_transforms(block):
+    hits = 0
+    for seed in range(block * 15, block * 15 + 15):
+        rng = random.Random(seed)
+        body = fuzz_body(fuzz_scalar_source(rng), f"<fuzz {seed}>")
+        values = [rng.choice(FUZZ_SPECIAL) for _ in range(30)]
+
+        def build():
+            trace, _ = one_a.generate((), {"a": 0.3, "b": 0.7})
+            return Kernels(trace, [(u_aux, (), il.transform(body))])
+
+        def before(i, trace):
+            if i >= 10 and i % 3 == 0:
+                try:
+                    trace, _, _ = trace.update({"a": values[i], "b": values[(i * 7) % 30]})
+                except il.errors.ImcmcError:
+                    pass
+            return trace
+
+        ref, got = light_chain(build, 30, False, before), light_chain(build, 30, True, before)
+        hits += light_chain.hits
+        for i, (a, b) in enumerate(zip(ref, got)):
+            assert a == b, f"seed {seed}, move {i}: {first_difference(a, b)}"
+    assert hits > 50
+
+
+@il.gen
+def fuzz_vec_model(kind):
+    k = il.uniform_discrete(2, 5) @ "k"
+    if kind == "dirichlet":
+        il.dirichlet(torch.full((k,), 2.0, dtype=torch.float64)) @ "w"
+    else:
+        il.mvnormal(torch.zeros(k, dtype=torch.float64), torch.eye(k, dtype=torch.float64)) @ "w"
+
+
+@il.gen
+def fuzz_vec_aux(trace):
+    il.uniform_discrete(1, trace["k"]) @ "j"
+    il.normal(0.0, 0.5) @ "u"
+
+
+def fuzz_vec_template(rng, x):
+    c = rng.choice(["torch.exp(u)", "(1.0 + u * u)", "2.0", "torch.exp(-u)", "(w[0] + 1.0)"])
+    return rng.choice([
+        f"torch.cat([{x}[:j - 1], ({x}[j - 1] * {c}).reshape(1), {x}[j:]])",
+        f"torch.cat([{x}[j:], {x}[:j]])",
+        f"torch.cat([{x}[:j - 1], {x}[-1:], {x}[j:-1], {x}[j - 1:j]])",
+        f"({x} * torch.exp(u * 0.3))",
+        f"torch.cat([{x}[:1] * {c}, {x}[1:]])",
+        f"torch.stack([{x}[i] * ({c} if i == j - 1 else 1.0) for i in range(k)])",
+        f"{x}[[k - 1 - i for i in range(k)]]",
+        f"torch.cat([{x}[:k - j], {x}[k - j:] * {c}])",
+        f"({x} + u * 0.1)",
+        f"({x} / {x}.sum())",
+    ])
+
+
+@pytest.mark.parametrize("block", range(3))
+def test_fuzzed_vector_transforms(block):
+    hits = 0
+    for seed in range(block * 10, block * 10 + 10):
+        rng = random.Random(seed)
+        kind = rng.choice(["dirichlet", "mvnormal"])
+        x = "w"
+        for _ in range(rng.randint(1, 3)):
+            x = fuzz_vec_template(rng, x)
+        norm = "    out = out / out.sum()\n" if kind == "dirichlet" and rng.random() < 0.8 else ""
+        body = fuzz_body(
+            "def body(model_in, aux_in, model_out, aux_out):\n"
+            "    k = read(model_in['k'], discrete)\n"
+            "    j = read(aux_in['j'], discrete)\n"
+            "    copy(aux_in['j'], aux_out['j'])\n"
+            "    w = read(model_in['w'], continuous)\n"
+            "    u = read(aux_in['u'], continuous)\n"
+            f"    out = {x}\n" + norm +
+            "    write(model_out['w'], out, continuous)\n"
+            "    write(aux_out['u'], -u, continuous)\n", f"<vfuzz {seed}>")
+
+        def build():
+            trace, _ = fuzz_vec_model.generate((kind,), {"k": 3})
+            return Kernels(trace, [(fuzz_vec_aux, (), il.transform(body))])
+
+        def before(i, trace):
+            if i % 4 == 3:
+                trace, _ = fuzz_vec_model.generate((kind,), {"k": 2 + (i * 7 + seed) % 4})
+            return trace
+
+        ref, got = light_chain(build, 40, False, before), light_chain(build, 40, True, before)
+        hits += light_chain.hits
+        for i, (a, b) in enumerate(zip(ref, got)):
+            assert a == b, f"seed {seed}, move {i}: {first_difference(a, b)}"
+    assert hits > 50
