@@ -3198,3 +3198,34 @@ def test_fuzzed_vector_transforms(block):
         for i, (a, b) in enumerate(zip(ref, got)):
             assert a == b, f"seed {seed}, move {i}: {first_difference(a, b)}"
     assert hits > 50
+
+
+def test_record_read_after_the_user_changed_a_trace_value_in_place():
+    """A value taken from ``record.model_in`` and changed in place (the engine detects that on
+    the trace's next use): reading the move's record afterwards behaves the same either way."""
+    def records(compile):
+        torch.manual_seed(0)
+        trace, _ = small.generate((), {"k": 1})
+        f = il.transform(split_merge_with(lambda u, mu: u))
+        f.compile = compile
+        torch.manual_seed(1)
+        recs = []
+        for _ in range(30):
+            rec = involutive_move(trace, small_aux, (), f)
+            recs.append(rec)
+            trace = rec.trace
+        last = recs[-1]
+        last.model_in["mu", 1].add_(1.0)        # the user's in-place edit of a loaned value
+        out = []
+        for rec in recs[-3:]:
+            try:
+                out.append(record_picture(rec, deep=True))
+            except Exception as exc:       # noqa: BLE001
+                out.append(f"{type(exc).__name__}: {exc}")
+        return out, f
+
+    ref, _ = records(False)
+    got, f = records(True)
+    assert f.compiled.hits > 0
+    for i, (a, b) in enumerate(zip(ref, got)):
+        assert a == b, f"record {i}: {first_difference(a, b)}"
