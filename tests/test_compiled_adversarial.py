@@ -3229,3 +3229,53 @@ def test_record_read_after_the_user_changed_a_trace_value_in_place():
     assert f.compiled.hits > 0
     for i, (a, b) in enumerate(zip(ref, got)):
         assert a == b, f"record {i}: {first_difference(a, b)}"
+
+
+@il.gen
+def no_choices(trace):
+    pass
+
+
+def test_one_trace_transform_with_and_without_an_auxiliary_program():
+    """The same transform alternately with q=None (EMPTY_AUX) and a q that draws nothing."""
+    def swap(t_in, t_out):
+        a = read(t_in["a"], continuous)
+        b = read(t_in["b"], continuous)
+        write(t_out["a"], -b, continuous)
+        write(t_out["b"], a * 2.0, continuous)
+
+    def build():
+        trace, _ = one_a.generate((), {"a": 1.0})
+        f = il.transform(swap)
+        return Kernels(trace, [(None, (), f), (no_choices, (), f)], [f])
+
+    same_chain(build, steps=40, deep=True, min_hits=10)
+
+
+def test_checked_and_unchecked_moves_with_one_transform():
+    """check=True moves (interpreter, Algorithm 4) interleaved with unchecked ones (compiled)."""
+    def build():
+        trace, _ = small.generate((), {"k": 1})
+        f = il.transform(split_merge_with(lambda u, mu: u))
+        return Kernels(trace, [(small_aux, (), f)])
+
+    holder = {}
+
+    def run(compile):
+        torch.manual_seed(0)
+        k = build()
+        k.transforms[0].compile = compile
+        holder["f"] = k.transforms[0]
+        torch.manual_seed(1)
+        trace, out = k.trace, []
+        for i in range(40):
+            rec = involutive_move(trace, small_aux, (), k.transforms[0], check=(i % 3 == 0))
+            out.append(record_picture(rec))
+            trace = rec.trace
+        return out
+
+    ref = run(False)
+    got = run(True)
+    assert holder["f"].compiled.hits > 5
+    for i, (a, b) in enumerate(zip(ref, got)):
+        assert a == b, f"move {i}: {first_difference(a, b)}"
