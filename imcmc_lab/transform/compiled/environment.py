@@ -221,12 +221,20 @@ class Environment:
         sys.setprofile(previous)
 
     def _profile(self, frame, event, arg):
+        # (every call and return of the trace passes here: the common cases return first)
         if event == "call":
             code = frame.f_code
-            if code not in self.codes and not _engine_code(code) and not self._by_tracer(frame.f_back):
-                raise Unsupported(f"calls {code.co_name} (not reached through the transform's names)")
-        elif event == "c_call" and not _engine_code(frame.f_code) and not self._by_tracer(frame):
+            if code in self.codes:
+                return
+            name = code.co_filename
+            if name.startswith(_HERE) or name == _LANGUAGE or self._by_tracer(frame.f_back):
+                return
+            raise Unsupported(f"calls {code.co_name} (not reached through the transform's names)")
+        if event == "c_call":
             if arg in _PURE_BUILTINS or arg in _TORCH:
+                return
+            name = frame.f_code.co_filename
+            if name.startswith(_HERE) or name == _LANGUAGE or self._by_tracer(frame):
                 return
             owner = getattr(arg, "__self__", None)
             if isinstance(owner, _PURE_METHOD_OWNERS) and not isinstance(owner, type):
