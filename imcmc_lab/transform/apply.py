@@ -447,6 +447,8 @@ def apply_transform(f, model_trace, aux_trace=None, q=None, q_args=(), check_dim
         return interpret(f, model_trace, aux_trace, q, q_args, check_dimension, autodiff)
     app = apply_compiled(cache, f, model_trace, aux_trace, q, q_args)
     if app is not None:
+        if type(app) is not CompiledApplication:
+            cache.report.misses += 1        # (finished on the interpreter past the model update)
         return app
     cache.report.misses += 1
     fallbacks = f.torch_fallbacks
@@ -618,6 +620,11 @@ def apply_compiled(cache, f, x, y, q, q_args):
         if generate.fresh or len(yn_flat) != len(ao) or not _labels_hold(yn_flat, ao, kinds_a) or \
                 not _in_order(yn_flat, rows_a) or not _in_order(y_flat, cols_a):
             return _continue(f, x, y, q, q_args, update, generate)
+    if cache.should_check(out[-1]):         # (the interpreter on the same update and generate)
+        app = _continue(f, x, y, q, q_args, update, generate)
+        if not agrees(app, out) or app.problem != support_problem(app):
+            cache.disagreed()
+        return app
     cache.report.hits += 1
     return CompiledApplication(f, (x, y, q, q_args), update, generate, new_aux, out)
 

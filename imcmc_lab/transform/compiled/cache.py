@@ -40,8 +40,9 @@ class CompiledTransform:
         self._reset()
 
     def _reset(self):
-        self.serving = (None, {})      # (function, key kinds): replaced as one, for threads
+        self.serving = (None, {}, None)     # (function, key kinds, environment): one tuple, for threads
         self.env, self.root = None, Node()
+        self.checked = {}               # key index -> hits checked against the interpreter
         self.keys = {}          # key index -> (model kinds, aux kinds, number of aux addresses)
         self.next_index = 0
         self.seen, self.waiting, self.compiled_items, self.refused, self.traces = {}, [], [], 0, 0
@@ -50,11 +51,24 @@ class CompiledTransform:
     def lookup(self, x_flat, y_flat):
         """``(the generated code's answer, its key's kinds)`` for ``(x_flat, y_flat)``, or None
         (a miss)."""
-        fn, keys = self.serving
-        if fn is None or not self.env.ok():
+        fn, keys, env = self.serving
+        if fn is None or not env.ok():
             return None
         out = fn(x_flat, y_flat)
         return None if out is None else (out, keys[out[-1]])
+
+    def should_check(self, key):
+        """Whether this hit of ``key`` is also run on the interpreter and compared: its first
+        two hits, then one in 64 (a residual tracer bug then costs a key, not a wrong chain)."""
+        n = self.checked.get(key, 0)
+        self.checked[key] = n + 1
+        return n < 2 or n % 64 == 0
+
+    def disagreed(self):
+        """A checked hit disagreed with the interpreter: this transform is not compiled again."""
+        self.serving = (None, {}, None)
+        self.report.refuse("generated code disagreed with the interpreter on a move (all keys dropped)")
+        self.report.learning = False
 
     def learn(self, x, y, app, check):
         """Learn from the interpreter's application ``app`` on ``(x, y)``; ``check(out)``
@@ -144,7 +158,7 @@ class CompiledTransform:
             self.keys[index] = kinds
         self.waiting = []
         fn, self.source = build(self.root, self.f.name)
-        self.serving = (fn, dict(self.keys))
+        self.serving = (fn, dict(self.keys), self.env)
         self.report.keys = len(self.keys)
         if len(self.keys) >= MAX_KEYS:
             self.report.learning = False
