@@ -368,3 +368,25 @@ def test_a_transform_with_a_cache_pickles_and_its_copy_compiles_on_its_own():
     _warm(negate_x, t)
     copy_ = pickle.loads(pickle.dumps(negate_x))
     assert copy_ is negate_x or copy_.compiled.keys == 0
+
+
+def test_a_checked_hit_that_disagrees_drops_the_keys_and_gives_the_interpreters_result():
+    t = _trace(one_normal, {"x": 0.5})
+
+    @il.transform
+    def flip(model_in, aux_in, model_out, aux_out):
+        x = read(model_in["x"], continuous)
+        write(model_out["x"], -x, continuous)
+
+    _warm(flip, t)
+    cache = flip._compiled_cache
+    fn, keys, env = cache.serving
+
+    def wrong(mf, af):      # a stand-in for a tracer bug: log |det J| off by one
+        out = fn(mf, af)
+        return out[:2] + (out[2] + 1.0,) + out[3:]
+
+    cache.serving, cache.checked = (wrong, keys, env), {}
+    app = il.apply_transform(flip, t)
+    assert app.logabsdet == 0.0 and float(app.new_model["x"]) == -0.5
+    assert cache.serving[0] is None and "disagreed" in flip.compiled.refusals[-1]

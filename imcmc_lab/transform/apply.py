@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy as copy_module
 import math
-from itertools import chain
+from itertools import chain, islice
 from operator import attrgetter, itemgetter
 
 from ..core.address import did_you_mean, format_address
@@ -447,6 +447,8 @@ def apply_transform(f, model_trace, aux_trace=None, q=None, q_args=(), check_dim
         return interpret(f, model_trace, aux_trace, q, q_args, check_dimension, autodiff)
     app = apply_compiled(cache, f, model_trace, aux_trace, q, q_args)
     if app is not None:
+        if type(app) is not CompiledApplication:
+            cache.report.misses += 1        # (finished on the interpreter past the model update)
         return app
     cache.report.misses += 1
     fallbacks = f.torch_fallbacks
@@ -618,6 +620,11 @@ def apply_compiled(cache, f, x, y, q, q_args):
         if generate.fresh or len(yn_flat) != len(ao) or not _labels_hold(yn_flat, ao, kinds_a) or \
                 not _in_order(yn_flat, rows_a) or not _in_order(y_flat, cols_a):
             return _continue(f, x, y, q, q_args, update, generate)
+    if cache.should_check(out[-1]):         # (the interpreter on the same update and generate)
+        app = _continue(f, x, y, q, q_args, update, generate)
+        if not agrees(app, out) or app.problem != support_problem(app):
+            cache.disagreed()
+        return app
     cache.report.hits += 1
     return CompiledApplication(f, (x, y, q, q_args), update, generate, new_aux, out)
 
@@ -669,7 +676,12 @@ def _in_order(flat, addresses):
     """Whether ``addresses`` come in this order in ``flat`` (trace order)."""
     if len(addresses) < 2:
         return True
-    return tuple(_restricted(flat, set(addresses))) == addresses
+    wanted = set(addresses)
+    plain = flat if type(flat) is dict else flat.outside
+    if plain is not flat and not wanted.issubset(plain):
+        return tuple(_restricted(flat, wanted)) == addresses
+    # (the records outside families are in trace order: FlatRecords.restricted reads them so)
+    return tuple(islice(filter(wanted.__contains__, plain), len(addresses))) == addresses
 
 
 def agrees(app, out):

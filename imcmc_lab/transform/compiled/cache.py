@@ -16,15 +16,18 @@ after too many refusals. Nothing raised while learning reaches the user: it is a
 from __future__ import annotations
 
 import threading
+import time
 
 from .codegen import Node, build, insert
 from .environment import Environment
-from .symbolic import Unsupported
+from .symbolic import TooCostly, Unsupported
 from .tracer import trace_once
 
 MAX_KEYS = 64
-MAX_STATEMENTS = 4000       # one key's items: beyond this, the key is refused
+LEARNING_BUDGET = 0.3       # seconds of process time a transform may spend learning, in all
 MAX_REFUSALS = 24           # traces refused with no key compiled: learning stops
+TRACES_PER_KEY = 8          # traces (beyond 32) per compiled key before learning stops: keys
+                            # that are seen once and never again would cost a trace a move
 
 
 class CompiledTransform:
@@ -33,24 +36,39 @@ class CompiledTransform:
     def __init__(self, f):
         self.f, self.report = f, f.compiled
         self._lock = threading.Lock()
+        self.spent = 0.0
         self._reset()
 
     def _reset(self):
-        self.serving = (None, {})      # (function, key kinds): replaced as one, for threads
+        self.serving = (None, {}, None)     # (function, key kinds, environment): one tuple, for threads
         self.env, self.root = None, Node()
+        self.checked = {}               # key index -> hits checked against the interpreter
         self.keys = {}          # key index -> (model kinds, aux kinds, number of aux addresses)
         self.next_index = 0
-        self.seen, self.waiting, self.compiled_items, self.refused = {}, [], [], 0
+        self.seen, self.waiting, self.compiled_items, self.refused, self.traces = {}, [], [], 0, 0
         self.report.keys = 0
 
     def lookup(self, x_flat, y_flat):
         """``(the generated code's answer, its key's kinds)`` for ``(x_flat, y_flat)``, or None
         (a miss)."""
-        fn, keys = self.serving
-        if fn is None or not self.env.ok():
+        fn, keys, env = self.serving
+        if fn is None or not env.ok():
             return None
         out = fn(x_flat, y_flat)
         return None if out is None else (out, keys[out[-1]])
+
+    def should_check(self, key):
+        """Whether this hit of ``key`` is also run on the interpreter and compared: its first
+        two hits, then one in 64 (a residual tracer bug then costs a key, not a wrong chain)."""
+        n = self.checked.get(key, 0)
+        self.checked[key] = n + 1
+        return n < 2 or n % 64 == 0
+
+    def disagreed(self):
+        """A checked hit disagreed with the interpreter: this transform is not compiled again."""
+        self.serving = (None, {}, None)
+        self.report.refuse("generated code disagreed with the interpreter on a move (all keys dropped)")
+        self.report.learning = False
 
     def learn(self, x, y, app, check):
         """Learn from the interpreter's application ``app`` on ``(x, y)``; ``check(out)``
@@ -58,11 +76,16 @@ class CompiledTransform:
         report = self.report
         if not report.learning or not self._lock.acquire(blocking=False):
             return
+        start = time.process_time()
         try:
             self._learn(x, y, app, check)
         except (Exception, Unsupported) as exc:
             self._refuse(f"{type(exc).__name__} while tracing: {exc}"[:120])
         finally:
+            self.spent += time.process_time() - start
+            if self.spent > LEARNING_BUDGET and report.learning:
+                report.refuse(f"learning took {LEARNING_BUDGET:g} s (stopped; the keys compiled are served)")
+                report.learning = False
             self._lock.release()
 
     def _refuse(self, reason):
@@ -84,9 +107,17 @@ class CompiledTransform:
                 return
         try:
             tr = trace_once(self.f, x, y, app, self.env)
+        except TooCostly as exc:
+            self.report.refuse(f"{exc} (learning stopped)")
+            self.report.learning = False
+            return
         except Unsupported as exc:
             self._refuse(str(exc))
             return
+        self.traces += 1
+        if self.traces > 32 + TRACES_PER_KEY * len(self.keys):
+            self.report.refuse("branch keys that rarely repeat (learning stopped)")
+            self.report.learning = False
         signature = tuple(it[1:3] for it in tr.items if it[0] == "g")
         state = self.seen.get(signature)
         if state is None:
@@ -98,9 +129,6 @@ class CompiledTransform:
             self._rebuild()         # a waiting key met again: it waits no longer
 
     def _add(self, tr, check):
-        if len(tr.items) > MAX_STATEMENTS:
-            self._refuse(f"a key of more than {MAX_STATEMENTS} statements")
-            return
         index = self.next_index
         self.next_index += 1
         items = [it if it[0] != "r" else ("r", it[1].replace(", KEY)", f", {index})"), it[2]) for it in tr.items]
@@ -130,7 +158,7 @@ class CompiledTransform:
             self.keys[index] = kinds
         self.waiting = []
         fn, self.source = build(self.root, self.f.name)
-        self.serving = (fn, dict(self.keys))
+        self.serving = (fn, dict(self.keys), self.env)
         self.report.keys = len(self.keys)
         if len(self.keys) >= MAX_KEYS:
             self.report.learning = False

@@ -93,6 +93,8 @@ class Environment:
 
     def __init__(self):
         self.checks = []        # (getter, key, expected object): getter(key, _MISSING) is expected
+        self.attributes = []    # (owner, name, expected object): getattr(owner, name) is expected
+        self._marks = set()
         self.codes = set()      # the code objects the transform may run
         self._seen = set()
         self._names = set()     # every name the recorded code objects use
@@ -104,7 +106,17 @@ class Environment:
         for getter, key, obj in self.checks:
             if getter(key, _MISSING) is not obj:
                 return False
+        for owner, name, obj in self.attributes:
+            if getattr(owner, name, _MISSING) is not obj:
+                return False
         return True
+
+    def _check(self, getter, key, value):
+        """Add ``getter(key) is value`` (once: helpers share their modules' names)."""
+        mark = (id(getattr(getter, "__self__", getter)), key)
+        if mark not in self._marks:
+            self._marks.add(mark)
+            self.checks.append((getter, key, value))
 
     def record_transform(self, f):
         """Record ``f`` (a Transform) and everything its function reaches: then the attributes
@@ -120,7 +132,7 @@ class Environment:
                 self._scanned.add((id(m), name))
                 d = vars(m) if hasattr(m, "__dict__") else {}
                 if name in d:
-                    self.checks.append((d.get, name, d[name]))
+                    self._check(d.get, name, d[name])
                     self._value(d[name], f"{m.__name__}.{name}")
 
     def _namespace(self, obj):
@@ -135,7 +147,10 @@ class Environment:
         self.record_function(f.fn)
 
     def _attr(self, owner, name, value):
-        self.checks.append((lambda key, default, _o=owner: getattr(_o, key, default), name, value))
+        mark = (id(owner), name)
+        if mark not in self._marks:
+            self._marks.add(mark)
+            self.attributes.append((owner, name, value))
 
     def record_function(self, fn):
         """Record a Python function: code, defaults, closure cells, the globals and module
@@ -170,11 +185,11 @@ class Environment:
         for name in sorted(names):
             if name in g:
                 value = g[name]
-                self.checks.append((g.get, name, value))
+                self._check(g.get, name, value)
                 self._value(value, f"the global {name}")
             elif name in b:
-                self.checks.append((g.get, name, _MISSING))
-                self.checks.append((b.get, name, b[name]))
+                self._check(g.get, name, _MISSING)
+                self._check(b.get, name, b[name])
                 self._value(b[name], f"the builtin {name}")
 
     def _value(self, value, what):
@@ -221,12 +236,20 @@ class Environment:
         sys.setprofile(previous)
 
     def _profile(self, frame, event, arg):
+        # (every call and return of the trace passes here: the common cases return first)
         if event == "call":
             code = frame.f_code
-            if code not in self.codes and not _engine_code(code) and not self._by_tracer(frame.f_back):
-                raise Unsupported(f"calls {code.co_name} (not reached through the transform's names)")
-        elif event == "c_call" and not _engine_code(frame.f_code) and not self._by_tracer(frame):
+            if code in self.codes:
+                return
+            name = code.co_filename
+            if name.startswith(_HERE) or name == _LANGUAGE or self._by_tracer(frame.f_back):
+                return
+            raise Unsupported(f"calls {code.co_name} (not reached through the transform's names)")
+        if event == "c_call":
             if arg in _PURE_BUILTINS or arg in _TORCH:
+                return
+            name = frame.f_code.co_filename
+            if name.startswith(_HERE) or name == _LANGUAGE or self._by_tracer(frame):
                 return
             owner = getattr(arg, "__self__", None)
             if isinstance(owner, _PURE_METHOD_OWNERS) and not isinstance(owner, type):

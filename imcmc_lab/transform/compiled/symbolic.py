@@ -321,6 +321,10 @@ def _num(x):
     return None
 
 
+class TooCostly(Unsupported):
+    """A trace too long or too slow to be worth compiling: the transform stops learning."""
+
+
 def _refuse(self, *args, **kwargs):
     raise Unsupported("an operation the tracer does not model (in-place, attribute...)")
 

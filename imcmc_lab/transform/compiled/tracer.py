@@ -10,14 +10,18 @@ for itself makes it return None (a miss): the interpreter then runs the move fro
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from ..language import AddressRef, discrete
 from .accounting import AUX, MODEL, Accounting, Returns
-from .symbolic import (MAX_VECTOR, MINUS_ONE, ONE, TF, Ex, Lin, SVec, SymInt, Unsupported, VecRead, _OPS, _PY,
+from .symbolic import (MAX_VECTOR, TooCostly, MINUS_ONE, ONE, TF, Ex, Lin, SVec, SymInt, Unsupported, VecRead, _OPS, _PY,
                        _lin_value, addr_code, addr_conc, addr_deps, set_tracer, T)
 
 _F = {MODEL: "mf", AUX: "af"}
+MAX_ITEMS = 3000        # statements and guards of one key: a longer trace stops (refused)
+MAX_SECONDS = 0.05      # process time of one trace: a slower one stops (refused)
 
 
 class _Handle:
@@ -62,6 +66,7 @@ class Tracer(Accounting, Returns):
         self.env = {}           # variable -> its concrete value
         self.kinds = {MODEL: [], AUX: []}       # per output, in the returned dicts' order
         self.refused = None     # set by any Unsupported raised while this tracer runs
+        self.deadline = time.process_time() + MAX_SECONDS
 
     # -- code ------------------------------------------------------------
     def name(self, prefix="t"):
@@ -69,6 +74,10 @@ class Tracer(Accounting, Returns):
         return f"{prefix}{self.n}"
 
     def stmt(self, code, v, deps, prefix="t"):
+        if len(self.items) > MAX_ITEMS:
+            raise TooCostly(f"a key of more than {MAX_ITEMS} statements")
+        if time.process_time() > self.deadline:
+            raise TooCostly(f"a trace longer than {MAX_SECONDS:g} s")
         name = self.name(prefix)
         self.items.append(("s", name, code, tuple(deps)))
         return Ex(v, name, False)
@@ -93,6 +102,8 @@ class Tracer(Accounting, Returns):
         return outcome
 
     def decide(self, lin, op, outcome):
+        if time.process_time() > self.deadline:
+            raise TooCostly(f"a trace longer than {MAX_SECONDS:g} s")
         c = lin.const()
         if c is not None:
             if _PY[op](c, 0) != bool(outcome):
