@@ -3279,3 +3279,48 @@ def test_checked_and_unchecked_moves_with_one_transform():
     assert holder["f"].compiled.hits > 5
     for i, (a, b) in enumerate(zip(ref, got)):
         assert a == b, f"move {i}: {first_difference(a, b)}"
+
+
+# ---------------------------------------------------------------------------
+# white box: a wrong generated key (a stand-in for a tracer bug) met by the sampled check
+# ---------------------------------------------------------------------------
+def test_a_checked_hit_that_disagrees_gives_the_interpreters_move():
+    """When a checked hit disagrees, the move must be exactly the interpreter's: its new model
+    trace, log p(x') - log p(x), q terms and log |det J| -- not the interpreter's record on top of
+    an update made from the wrong generated values. (White box: wraps the serving function.)"""
+    def run(compile, corrupt):
+        torch.manual_seed(0)
+        trace, _ = small.generate((), {"k": 1})
+        f = il.transform(split_merge_with(lambda u, mu: u))
+        f.compile = compile
+        torch.manual_seed(1)
+        out = []
+        for i in range(40):
+            if corrupt and i == 30:
+                cache = f._compiled_cache
+                fn, keys, env = cache.serving
+                assert fn is not None, "nothing compiled by move 30"
+
+                def wrong(x_flat, y_flat, _fn=fn):
+                    res = _fn(x_flat, y_flat)
+                    if res is None:
+                        return None
+                    mo = dict(res[0])
+                    for a, v in mo.items():
+                        if isinstance(v, torch.Tensor) and v.dtype == torch.float64:
+                            mo[a] = v + 0.25
+                    return (mo,) + tuple(res[1:])
+
+                cache.serving = (wrong, keys, env)
+                cache.checked = {key: 64 for key in keys}       # the next hit of every key is checked
+            rec = involutive_move(trace, small_aux, (), f)
+            out.append((bits(float(rec.log_alpha)), rec.accepted, trace_picture(rec.model_out),
+                        bits(float(rec.model_log_ratio)), bits(float(rec.logabsdet))))
+            trace = rec.trace
+        return out, f
+
+    ref, _ = run(False, False)
+    got, f = run(True, True)
+    for i, (a, b) in enumerate(zip(ref, got)):
+        assert a == b, f"move {i} (generated code corrupted from move 30): {first_difference(a, b)}"
+    assert any("disagreed" in r for r in f.compiled.refusals)
