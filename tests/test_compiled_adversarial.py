@@ -3324,3 +3324,94 @@ def test_a_checked_hit_that_disagrees_gives_the_interpreters_move():
     for i, (a, b) in enumerate(zip(ref, got)):
         assert a == b, f"move {i} (generated code corrupted from move 30): {first_difference(a, b)}"
     assert any("disagreed" in r for r in f.compiled.refusals)
+
+
+# ---------------------------------------------------------------------------
+# the notebook flow: %%gen / %%transform cells, a helper cell re-run with a new body
+# ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def notebook(tmp_path_factory):
+    import os
+    saved = os.environ.get("IPYTHONDIR")
+    os.environ["IPYTHONDIR"] = str(tmp_path_factory.mktemp("ipython"))
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    cfg = Config()
+    cfg.HistoryManager.hist_file = ":memory:"
+    sh = InteractiveShell.instance(config=cfg)
+    assert sh.run_cell("%load_ext imcmc_lab").success
+    yield sh
+    if saved is None:
+        os.environ.pop("IPYTHONDIR", None)
+    else:
+        os.environ["IPYTHONDIR"] = saved
+
+
+NOTEBOOK_CELLS = [
+    '''%%gen
+def nb_model():
+    k ~ uniform_discrete(1, 3)
+    for j in range(1, k + 1):
+        {("mu", j)} ~ normal(0, 3)
+''',
+    '''%%gen
+def nb_aux(trace):
+    k = trace["k"]
+    split = True if k == 1 else (False if k == 3 else {"split"} ~ bernoulli(0.5))
+    if split:
+        u ~ normal(0, 1)
+''',
+    '''SCALE = 1.0
+def spread(u):
+    return u * SCALE
+''',
+    '''%%transform nb_split_merge (model_in, aux_in) to (model_out, aux_out)
+k = @read(model_in["k"], discrete)
+split = True if k == 1 else (False if k == 3 else @read(aux_in["split"], discrete))
+if split:
+    @write(model_out["k"], k + 1, discrete)
+    if k + 1 == 2:
+        @write(aux_out["split"], False, discrete)
+    mu = @read(model_in["mu", k], continuous)
+    d = spread(@read(aux_in["u"], continuous))
+    @write(model_out["mu", k], mu - d, continuous)
+    @write(model_out["mu", k + 1], mu + d, continuous)
+else:
+    @write(model_out["k"], k - 1, discrete)
+    if k - 1 == 2:
+        @write(aux_out["split"], True, discrete)
+    mu1 = @read(model_in["mu", k - 1], continuous)
+    mu2 = @read(model_in["mu", k], continuous)
+    @write(model_out["mu", k - 1], (mu1 + mu2) / 2, continuous)
+    @write(aux_out["u"], (mu2 - mu1) / 2 / SCALE, continuous)
+''',
+]
+
+
+def test_notebook_cells_redefined_between_moves(notebook):
+    """A helper cell re-run with a new body (move 15) and a constant cell re-run (move 25)."""
+    def chain(compile):
+        for cell in NOTEBOOK_CELLS:
+            assert notebook.run_cell(cell).success
+        ns = notebook.user_ns
+        f = ns["nb_split_merge"]
+        f.compile = compile
+        torch.manual_seed(0)
+        trace, _ = ns["nb_model"].generate((), {"k": 1})
+        out = []
+        for i in range(40):
+            if i == 15:
+                assert notebook.run_cell("def spread(u):\n    return u * 2.0 * SCALE\n").success
+            if i == 25:
+                assert notebook.run_cell("SCALE = 0.5\n").success
+            rec = involutive_move(trace, ns["nb_aux"], (), f)
+            out.append(record_picture(rec))
+            trace = rec.trace
+        return out, f
+
+    ref, _ = chain(False)
+    got, f = chain(True)
+    assert f.compiled.hits > 5
+    for i, (a, b) in enumerate(zip(ref, got)):
+        assert a == b, f"move {i}: {first_difference(a, b)}"
