@@ -454,7 +454,7 @@ def apply_transform(f, model_trace, aux_trace=None, q=None, q_args=(), check_dim
     fallbacks = f.torch_fallbacks
     app = interpret(f, model_trace, aux_trace, q, q_args, check_dimension, autodiff)
     if f.torch_fallbacks == fallbacks:      # (a key the float path hands to torch is not compiled)
-        cache.learn(model_trace, aux_trace, app, lambda out: agrees(app, out))
+        cache.learn(model_trace, aux_trace, app)
     return app
 
 
@@ -570,10 +570,11 @@ class CompiledApplication(Application):
             app = interpret(f, x, y, q, q_args, True, None, self._model_update, self._generate)
             if not agrees(app, self._answer):
                 raise TransformError(
-                    f"the record of this move of {f.name} cannot be rebuilt: the transform (or a global, "
-                    f"closure or module attribute it reads) changed after the move was made, and the "
-                    f"move's reads, writes and Jacobian are rebuilt on first access. Read a record before "
-                    f"changing what its transform uses, or make the transform with compile=False.")
+                    f"the record of this move of {f.name} cannot be rebuilt: the move's reads, writes and "
+                    f"Jacobian are rebuilt on first access, and rebuilt now they differ from the move's "
+                    f"(the transform, a global, closure or module attribute it reads, or a value of one of "
+                    f"the move's traces was changed since the move). Read a record before changing what "
+                    f"its move used, or make the transform with compile=False.")
             self._interpreted = app
         return self._interpreted
 
@@ -622,8 +623,11 @@ def apply_compiled(cache, f, x, y, q, q_args):
             return _continue(f, x, y, q, q_args, update, generate)
     if cache.should_check(out[-1]):         # (the interpreter on the same update and generate)
         app = _continue(f, x, y, q, q_args, update, generate)
-        if not agrees(app, out) or app.problem != support_problem(app):
+        if not agrees(app, out):
+            # The update and generate came from wrong values: the interpreter's own move, from
+            # the start (they drew nothing: no address was fresh, so neither did anything here).
             cache.disagreed()
+            app = interpret(f, x, y, q, q_args, True, None)
         return app
     cache.report.hits += 1
     return CompiledApplication(f, (x, y, q, q_args), update, generate, new_aux, out)

@@ -2,9 +2,9 @@
 
 A move's interpreter run is followed by :meth:`CompiledTransform.learn` (while learning is
 on): the transform is traced on the same traces (:mod:`.tracer`), and a key seen for the
-second time is checked against the interpreter's own result on that move (every written
-value and log |det J|, bit for bit; a key that disagrees is refused) and added to the trie
-(:mod:`.codegen`). The trie's function is rebuilt when the keys waiting for it number at
+second time is added to the trie (:mod:`.codegen`). Its first two hits (then one in 64) are
+also run on the interpreter and compared bit for bit (:meth:`should_check`): a disagreement
+drops every key, and the move gets the interpreter's result. The trie's function is rebuilt when the keys waiting for it number at
 least half of those compiled (so the total compile work stays a small multiple of the
 final code's size); at most ``MAX_KEYS`` keys are compiled, and learning stops for good
 after too many refusals. Nothing raised while learning reaches the user: it is a refusal.
@@ -24,7 +24,7 @@ from .symbolic import TooCostly, Unsupported
 from .tracer import trace_once
 
 MAX_KEYS = 64
-LEARNING_BUDGET = 0.3       # seconds of process time a transform may spend learning, in all
+LEARNING_BUDGET = 0.15      # seconds of process time a transform may spend learning, in all
 MAX_REFUSALS = 24           # traces refused with no key compiled: learning stops
 TRACES_PER_KEY = 8          # traces (beyond 32) per compiled key before learning stops: keys
                             # that are seen once and never again would cost a trace a move
@@ -70,15 +70,14 @@ class CompiledTransform:
         self.report.refuse("generated code disagreed with the interpreter on a move (all keys dropped)")
         self.report.learning = False
 
-    def learn(self, x, y, app, check):
-        """Learn from the interpreter's application ``app`` on ``(x, y)``; ``check(out)``
-        compares a candidate key's answer there with ``app``. Never raises."""
+    def learn(self, x, y, app):
+        """Learn from the interpreter's application ``app`` on ``(x, y)``. Never raises."""
         report = self.report
         if not report.learning or not self._lock.acquire(blocking=False):
             return
         start = time.process_time()
         try:
-            self._learn(x, y, app, check)
+            self._learn(x, y, app)
         except (Exception, Unsupported) as exc:
             self._refuse(f"{type(exc).__name__} while tracing: {exc}"[:120])
         finally:
@@ -94,7 +93,7 @@ class CompiledTransform:
         if self.refused >= MAX_REFUSALS + 4 * len(self.keys):
             self.report.learning = False
 
-    def _learn(self, x, y, app, check):
+    def _learn(self, x, y, app):
         if self.env is not None and not self.env.ok():
             self._reset()           # a global, closure or default changed: start over
         if self.env is None:
@@ -124,20 +123,14 @@ class CompiledTransform:
             self.seen[signature] = "seen"        # first visit: compile on the second
         elif state == "seen":
             self.seen[signature] = "compiled"
-            self._add(tr, check)
+            self._add(tr)
         elif self.waiting:
             self._rebuild()         # a waiting key met again: it waits no longer
 
-    def _add(self, tr, check):
+    def _add(self, tr):
         index = self.next_index
         self.next_index += 1
         items = [it if it[0] != "r" else ("r", it[1].replace(", KEY)", f", {index})"), it[2]) for it in tr.items]
-        one = Node()
-        insert(one, items)
-        fn, _ = build(one, self.f.name)
-        if not check(fn(tr.flats["model"], tr.flats["aux"])):
-            self._refuse("a key whose generated code disagrees with the interpreter")
-            return
         self.waiting.append((items, index, (tuple(tr.kinds["model"]), tuple(tr.kinds["aux"]), tr.n_aux)))
         if len(self.waiting) * 2 >= len(self.keys) or len(self.keys) + len(self.waiting) >= MAX_KEYS:
             self._rebuild()

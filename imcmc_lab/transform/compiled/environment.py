@@ -29,7 +29,7 @@ import types
 import torch
 
 from ..language import Label, Transform
-from .symbolic import _TORCH, Unsupported
+from .symbolic import _TORCH, Unsupported, set_hook
 
 # The engine code a traced transform may run unwatched: the tracer itself and the transform
 # language (read, write, copy, tcall, run_on). Any other engine function (a distribution's
@@ -228,11 +228,14 @@ class Environment:
         context manager: its exit would be a call the hook refuses."""
         previous = sys.getprofile()
         self._entry = sys._getframe(1)      # trace_once's frame: the walk in _by_tracer stops there
-        sys.setprofile(self._profile)
+        hook = self._profile
+        set_hook(hook)
+        sys.setprofile(hook)
         return previous
 
     @staticmethod
     def stop(previous):
+        set_hook(None)
         sys.setprofile(previous)
 
     def _profile(self, frame, event, arg):

@@ -24,6 +24,7 @@ threads never see each other's tracing).
 from __future__ import annotations
 
 import math
+import sys
 import threading
 
 import torch
@@ -309,7 +310,7 @@ def as_tf(x):
         x = T().concrete(x)
     if type(x) in (int, float, bool):
         return TF(lit(float(x)), {})
-    if isinstance(x, torch.Tensor) and x.ndim == 0 and not x.requires_grad:
+    if type(x) is torch.Tensor and x.ndim == 0 and not x.requires_grad:       # (exact type: no user code)
         return TF(lit(float(x)), {})
     raise Unsupported(f"operand {type(x).__name__}")
 
@@ -791,3 +792,38 @@ def S(x):
 
 def _lin_deps(lin):
     return tuple(v for v, _ in lin.terms)
+
+
+# ---------------------------------------------------------------------------
+# the profile hook (environment.py) is off while the tracer's own code runs
+# ---------------------------------------------------------------------------
+def quiet(fn):
+    """``fn`` with the trace's profile hook off while it runs (entered from the transform's
+    code; the hook vets the transform's calls, and the tracer never calls the transform's
+    code): most of a trace's calls are the tracer's own, and each costs a hook call."""
+    def entry(*args, **kwargs):
+        hook = getattr(_state, "hook", None)
+        if hook is None:
+            return fn(*args, **kwargs)
+        _state.hook = None
+        sys.setprofile(None)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _state.hook = hook
+            sys.setprofile(hook)
+    entry.__name__, entry.__qualname__, entry.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    return entry
+
+
+def set_hook(hook):
+    """The profile hook of this thread's trace (None: none), for :func:`quiet`."""
+    _state.hook = hook
+
+
+for _cls in (SymInt, TF, SVec, _Torchy):
+    for _name, _value in list(vars(_cls).items()):
+        if isinstance(_value, classmethod):
+            setattr(_cls, _name, classmethod(quiet(_value.__func__)))
+        elif callable(_value) and not isinstance(_value, type) and _name not in ("__init__", "__new__"):
+            setattr(_cls, _name, quiet(_value))

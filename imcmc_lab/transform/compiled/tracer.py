@@ -17,11 +17,11 @@ import torch
 from ..language import AddressRef, discrete
 from .accounting import AUX, MODEL, Accounting, Returns
 from .symbolic import (MAX_VECTOR, TooCostly, MINUS_ONE, ONE, TF, Ex, Lin, SVec, SymInt, Unsupported, VecRead, _OPS, _PY,
-                       _lin_value, addr_code, addr_conc, addr_deps, set_tracer, T)
+                       _lin_value, addr_code, addr_conc, addr_deps, quiet, set_tracer, T)
 
 _F = {MODEL: "mf", AUX: "af"}
 MAX_ITEMS = 3000        # statements and guards of one key: a longer trace stops (refused)
-MAX_SECONDS = 0.05      # process time of one trace: a slower one stops (refused)
+MAX_SECONDS = 0.1       # process time of one trace: a slower one stops (this key is refused)
 
 
 class _Handle:
@@ -77,7 +77,7 @@ class Tracer(Accounting, Returns):
         if len(self.items) > MAX_ITEMS:
             raise TooCostly(f"a key of more than {MAX_ITEMS} statements")
         if time.process_time() > self.deadline:
-            raise TooCostly(f"a trace longer than {MAX_SECONDS:g} s")
+            raise Unsupported(f"a trace longer than {MAX_SECONDS:g} s")
         name = self.name(prefix)
         self.items.append(("s", name, code, tuple(deps)))
         return Ex(v, name, False)
@@ -103,7 +103,7 @@ class Tracer(Accounting, Returns):
 
     def decide(self, lin, op, outcome):
         if time.process_time() > self.deadline:
-            raise TooCostly(f"a trace longer than {MAX_SECONDS:g} s")
+            raise Unsupported(f"a trace longer than {MAX_SECONDS:g} s")
         c = lin.const()
         if c is not None:
             if _PY[op](c, 0) != bool(outcome):
@@ -238,6 +238,11 @@ class Tracer(Accounting, Returns):
 
     def exists(self, ref, line):
         raise Unsupported("exists")
+
+
+for _name in ("read", "write", "copy", "exists"):
+    setattr(Tracer, _name, quiet(getattr(Tracer, _name)))
+_Handle.__getitem__ = quiet(_Handle.__getitem__)
 
 
 def _conc(x):
