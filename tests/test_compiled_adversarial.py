@@ -22,6 +22,7 @@ import io
 import json
 import math
 import operator
+import os
 import random
 import types
 
@@ -170,8 +171,7 @@ def same_chain(build, steps=STEPS, seed=0, before=None, deep=False, min_hits=0, 
     for i, (a, b) in enumerate(zip(ref, got)):
         assert a == b, f"move {i} differs (interpreted vs compiled): {first_difference(a, b)}"
     assert ref_final == got_final, f"final state differs: {first_difference(ref_final, got_final)}"
-    import os
-    if os.environ.get("ADV_DEBUG"):
+    if os.environ.get("ADV_DEBUG"):      # what each case exercised: moves, errors, compile reports
         print("OUTCOMES", outcomes(ref), [p[1:3] for p in ref if p[0] == "raised"][:1],
               [f.compiled for f in k.transforms])
     if min_hits:
@@ -2839,7 +2839,6 @@ def test_work_counted_by_count_work(read_records):
 # ---------------------------------------------------------------------------
 def test_user_code_whose_path_starts_with_the_engine_directory():
     """A user's module at ``<site>/imcmc_lab_plugins/helpers.py`` is not engine code."""
-    import os
     engine_dir = os.path.dirname(il.__file__)
     lib = types.ModuleType("imcmc_lab_plugins_helpers")
     source = "K = 1.0\ndef spread(u, mu):\n    return u * K\n"
@@ -3334,7 +3333,6 @@ def test_a_checked_hit_that_disagrees_gives_the_interpreters_move():
 # ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def notebook(tmp_path_factory):
-    import os
     saved = os.environ.get("IPYTHONDIR")
     os.environ["IPYTHONDIR"] = str(tmp_path_factory.mktemp("ipython"))
     from IPython.core.interactiveshell import InteractiveShell
