@@ -3491,3 +3491,18 @@ def test_copied_values_are_shared_objects_as_on_the_interpreter():
     assert sum(f.compiled.hits for f in fs) > 10
     for i, (a, b) in enumerate(zip(ref, got)):
         assert a == b, f"move {i}: {first_difference(a, b)}"
+
+
+def test_traces_from_regenerate_and_update_interleaved():
+    """Resimulation MH on the means (traces made by regenerate) between split/merge moves."""
+    data = mixture.synthetic_data(40, seed=10)
+
+    def make():
+        f = il.transform(mixture.split_merge.fn, name="split_merge")
+        kernel = il.cycle(il.MH(il.select("mu")), il.MH(il.select("weights")),
+                          il.InvolutiveKernel(mixture.split_merge_aux, (), f),
+                          il.InvolutiveKernel(mixture.move_cluster_aux, (0.5, 0.3),
+                                              il.transform(mixture.move_cluster.fn, name="move_cluster")))
+        return kernel, mixture.initial_trace(data, k=3)
+
+    same_kernel_chain(make, steps=60, min_hits=20)
