@@ -3506,3 +3506,18 @@ def test_traces_from_regenerate_and_update_interleaved():
         return kernel, mixture.initial_trace(data, k=3)
 
     same_kernel_chain(make, steps=60, min_hits=20)
+
+
+def test_per_point_model_with_many_untouched_addresses():
+    """One choice per data point (n = 60 > 40 addresses: the interpreter's accounting visits
+    only the touched ones; a compact family the transforms never touch)."""
+    from imcmc_lab.examples.per_point import gmm_per_point, observations
+    data = mixture.synthetic_data(60, seed=11)
+
+    def build():
+        trace, _ = gmm_per_point.generate((60,), dict(observations(data), k=3))
+        fs = {n: il.transform(getattr(mixture, n).fn, name=n) for n in ("split_merge", "swap_last", "move_cluster")}
+        return Kernels(trace, [(mixture.split_merge_aux, (), fs["split_merge"]), (mixture.swap_aux, (), fs["swap_last"]),
+                               (mixture.move_cluster_aux, (0.5, 0.3), fs["move_cluster"])], list(fs.values()))
+
+    same_chain(build, steps=90, min_hits=20, deep=True)
