@@ -46,7 +46,7 @@ class MoveRecord:
 
     def __init__(self, app, model_in, aux_in, log_q_old, log_alpha, accepted, check_failure,
                  q=None, q_args=()):
-        self._application, self._transform = app, app.run.transform
+        self._application, self._transform = app, app.transform if app.transform is not None else app.run.transform
         self.q, self.q_args = q, tuple(q_args)   # what made aux_in (views re-apply f with them)
         self.model_in, self.aux_in = model_in, aux_in
         self.model_out, self.aux_out = app.new_model, app.new_aux

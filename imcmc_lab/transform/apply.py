@@ -9,15 +9,20 @@ computes ``log |det J|`` on what copies leave over.
 
 from __future__ import annotations
 
+import copy as copy_module
 import math
-from itertools import chain
+from itertools import chain, islice
 from operator import attrgetter, itemgetter
 
 from ..core.address import did_you_mean, format_address
 from ..core.choicemap import ChoiceMap
 from ..errors import ConstraintError, DimensionError, LabelError, TransformError
+import torch
+
+from .compiled.cache import CompiledTransform
 from .interpreter import AUX, MODEL, TransformRun, run_transform, _where
 from .jacobian import CoordinateGroup, JacobianRecord, group_of, reduced_jacobian
+from .language import Transform
 
 __all__ = ["apply_transform", "Application", "EmptyAuxTrace"]
 
@@ -73,6 +78,7 @@ class Application:
 
     def __init__(self):
         self.run = None
+        self.transform = None
         self.new_model = None
         self.model_log_ratio = 0.0
         self._model_update = None
@@ -107,12 +113,15 @@ class Application:
             raise TransformError(f"the transform {self.run.transform.name}: {self.problem}")
 
 
-def _model_update(run: TransformRun, model_trace):
-    constraints = run.output_choices(MODEL)
-    try:
-        result = model_trace.update_detailed(constraints)
-    except ConstraintError:
-        raise _unvisited_model_write(run, model_trace, constraints) from None
+def _model_update(run: TransformRun, model_trace, result=None):
+    """The new model trace's update result (``result``: the same update, made already by the
+    compiled path); raises for an address the transform did not provide or a kind change."""
+    if result is None:
+        constraints = run.output_choices(MODEL)
+        try:
+            result = model_trace.update_detailed(constraints)
+        except ConstraintError:
+            raise _unvisited_model_write(run, model_trace, constraints) from None
     if result.fresh:
         shown = ", ".join(format_address(a) for a in result.fresh[:5])
         raise TransformError(
@@ -164,9 +173,11 @@ def _unvisited_model_write(run, model_trace, constraints):
     )
 
 
-def _aux_generate(q, q_args, new_model, aux_choices, run):
-    """Trace of q at the new model trace holding exactly ``aux_choices``; log q of them."""
-    result = q.generate_detailed((new_model,) + tuple(q_args), aux_choices, strict=False)
+def _aux_generate(q, q_args, new_model, aux_choices, run, result=None):
+    """Trace of q at the new model trace holding exactly ``aux_choices``; log q of them
+    (``result``: the same generate, made already by the compiled path)."""
+    if result is None:
+        result = q.generate_detailed((new_model,) + tuple(q_args), aux_choices, strict=False)
     have = result.trace.flat_records()
     extra = [a for a in aux_choices if a not in have]
     if extra:
@@ -425,12 +436,41 @@ def apply_transform(f, model_trace, aux_trace=None, q=None, q_args=(), check_dim
     Raises :class:`~imcmc_lab.errors.TransformError` subclasses for broken rules;
     records support failures, and a Jacobian whose ``log |det J|`` is not finite (a
     lost or NaN derivative), in ``Application.problem``.
+
+    With ``f.compile`` (and ``autodiff="auto"``, ``check_dimension``), generated code may
+    serve the move (:mod:`.compiled`, :func:`.apply_compiled.apply_compiled`): the same
+    results bit for bit, and the same errors, since anything it cannot decide runs here.
     """
     aux_trace = EMPTY_AUX if aux_trace is None else aux_trace
+    cache = compiled_cache(f, check_dimension, autodiff)
+    if cache is None:
+        return interpret(f, model_trace, aux_trace, q, q_args, check_dimension, autodiff)
+    app = apply_compiled(cache, f, model_trace, aux_trace, q, q_args)
+    if app is not None:
+        if type(app) is not CompiledApplication:
+            cache.report.misses += 1        # (finished on the interpreter past the model update)
+        return app
+    cache.report.misses += 1
+    fallbacks = f.torch_fallbacks
+    app = interpret(f, model_trace, aux_trace, q, q_args, check_dimension, autodiff)
+    if f.torch_fallbacks == fallbacks:      # (a key the float path hands to torch is not compiled)
+        cache.learn(model_trace, aux_trace, app)
+    return app
+
+
+def _continue(f, model_trace, aux_trace, q, q_args, update, generate=None):
+    """The interpreter's path from a model update (and auxiliary generate) the compiled path
+    made already: it touched the random stream, so they are used, not made again."""
+    return interpret(f, model_trace, aux_trace, q, q_args, True, None, update, generate)
+
+
+def interpret(f, model_trace, aux_trace, q, q_args, check_dimension, autodiff, update=None, generate=None):
+    """``apply_transform`` on the interpreter (``update``/``generate``: see :func:`_continue`)."""
     app = Application()
     run = app.run = run_transform(f, model_trace, aux_trace if aux_trace is not EMPTY_AUX else None,
                                   autodiff=autodiff)
-    result = _model_update(run, model_trace)
+    app.transform = f
+    result = _model_update(run, model_trace, update)
     app.new_model, app.model_log_ratio = result.trace, result.weight
     app._model_update = result        # its discard is lent to the user only when read
     _check_output_labels(run, MODEL, app.new_model)
@@ -442,7 +482,7 @@ def apply_transform(f, model_trace, aux_trace=None, q=None, q_args=(), check_dim
                 f"the transform writes aux_out[{format_address(a)}] but the move has no auxiliary program")
         app.new_aux, app.log_q_new = EMPTY_AUX, 0.0
     else:
-        new_aux, problem = _aux_generate(q, q_args, app.new_model, aux_choices, run)
+        new_aux, problem = _aux_generate(q, q_args, app.new_model, aux_choices, run, generate)
         if new_aux is None:
             raise TransformError(
                 f"the new auxiliary choices do not form a trace of {q.name}: {problem}"
@@ -458,15 +498,20 @@ def apply_transform(f, model_trace, aux_trace=None, q=None, q_args=(), check_dim
             raise
         app.problem = f"dimension: {exc}"
         return app
-    if app.model_log_ratio == -math.inf or math.isnan(app.model_log_ratio):
-        app.problem = ("support: the new model trace has probability zero (p(x') = 0)"
-                       + _zero_density_addresses(app.new_model, "model_out"))
-    elif app.log_q_new == -math.inf:
-        app.problem = ("support: the new auxiliary choices have probability zero under q at the "
-                       "new model trace (q_{x'}(y') = 0)" + _zero_density_addresses(app.new_aux, "aux_out"))
-    elif not math.isfinite(app.jacobian.logabsdet):
-        app.problem = app.jacobian.problem     # a move raises it (Application.raise_jacobian_problem)
+    app.problem = support_problem(app) or (app.jacobian.problem if not math.isfinite(app.jacobian.logabsdet)
+                                           else None)
     return app
+
+
+def support_problem(app):
+    """Why the new traces have probability zero (a support failure), or None."""
+    if app.model_log_ratio == -math.inf or math.isnan(app.model_log_ratio):
+        return ("support: the new model trace has probability zero (p(x') = 0)"
+                + _zero_density_addresses(app.new_model, "model_out"))
+    if app.log_q_new == -math.inf:
+        return ("support: the new auxiliary choices have probability zero under q at the "
+                "new model trace (q_{x'}(y') = 0)" + _zero_density_addresses(app.new_aux, "aux_out"))
+    return None
 
 
 def _zero_density_addresses(trace, name):
@@ -477,3 +522,192 @@ def _zero_density_addresses(trace, name):
         return ""
     return ": " + "; ".join(f"{name}[{format_address(a)}] = {format_value(r.value)} is outside the "
                             f"support of {r.dist!r}" for a, r in bad[:3])
+
+
+# ---------------------------------------------------------------------------
+# the compiled path (see compiled/): generated code per branch key of a transform
+# ---------------------------------------------------------------------------
+def compiled_cache(f, check_dimension, autodiff):
+    """``f``'s :class:`~.compiled.cache.CompiledTransform` when this application may use it:
+    ``f.compile``, autodiff "auto" (the float path, which the code reproduces) and the
+    dimension check on (a checked move needs the interpreter's record anyway)."""
+    if not (check_dimension and autodiff in (None, "auto") and type(f) is Transform and f.compile
+            and f.autodiff == "auto"):
+        return None
+    cache = f._compiled_cache
+    if cache is None:
+        cache = f._compiled_cache = CompiledTransform(f)
+    return cache
+
+
+class CompiledApplication(Application):
+    """An :class:`Application` whose transform ran as generated code. The new traces, the
+    log-density terms, ``logabsdet`` and ``problem`` are the move's own; the interpreter's
+    record (``run``, ``jacobian``, the implicit copies) is made on first access by running the
+    transform interpreted on the same two input traces (a deterministic function of them) and
+    the interpreter's accounting on the move's own update and generate results (so no model
+    or auxiliary program runs again): the record the interpreter would have made."""
+
+    run = jacobian = None       # (class level: the properties below replace them)
+
+    def __init__(self, f, inputs, update, generate, new_aux, answer):
+        self.transform, self._inputs, self._fn, self._generate = f, inputs, f.fn, generate
+        self.new_model, self.model_log_ratio, self._model_update = update.trace, update.weight, update
+        self.new_aux = new_aux
+        self.log_q_new = new_aux.score if new_aux is not EMPTY_AUX else 0.0
+        self._answer, self._logabsdet, self._interpreted = answer, answer[2], None
+        self.problem = support_problem(self)
+
+    def _detail(self):
+        """The interpreter's application on the move's traces, with the move's function; it
+        must reproduce the move's written values and log |det J| bit for bit (it does unless
+        something the transform reads was changed since the move: then this says so)."""
+        if self._interpreted is None:
+            f, (x, y, q, q_args) = self.transform, self._inputs
+            if f.fn is not self._fn:
+                f = copy_module.copy(f)
+                f.fn = self._fn
+            app = interpret(f, x, y, q, q_args, True, None, self._model_update, self._generate)
+            if not agrees(app, self._answer):
+                raise TransformError(
+                    f"the record of this move of {f.name} cannot be rebuilt: the move's reads, writes and "
+                    f"Jacobian are rebuilt on first access, and rebuilt now they differ from the move's "
+                    f"(the transform, a global, closure or module attribute it reads, or a value of one of "
+                    f"the move's traces was changed since the move). Read a record before changing what "
+                    f"its move used, or make the transform with compile=False.")
+            self._interpreted = app
+        return self._interpreted
+
+    run = property(lambda self: self._detail().run)
+    jacobian = property(lambda self: self._detail().jacobian)
+    _consumed = property(lambda self: self._detail()._consumed)
+
+    @property
+    def logabsdet(self) -> float:
+        return self._logabsdet
+
+    def raise_jacobian_problem(self):
+        """Nothing to raise: the generated code serves only moves whose log |det J| is finite."""
+
+
+def apply_compiled(cache, f, x, y, q, q_args):
+    """The move on ``f``'s generated code, or None (a miss: nothing was drawn, the
+    interpreter runs the move). Past the model update every fact the interpreter would check
+    is checked here; one that fails hands the move to the interpreter with the update (and
+    generate) made already, so it raises or records exactly what it would have."""
+    x_flat, y_flat = x.flat_records(), y.flat_records()
+    found = cache.lookup(x_flat, y_flat)
+    if found is None:
+        return None
+    out, (kinds_m, kinds_a, n_aux) = found
+    mo, ao, ld, post, inputs, rows_m, rows_a, cols_m, cols_a, _ = out
+    if not math.isfinite(ld) or len(y_flat) != n_aux or (q is None and ao):
+        return None         # the interpreter records the Jacobian problem / raises
+    try:
+        update = x.update_detailed(mo)
+    except ConstraintError:
+        run = run_transform(f, x, y if y is not EMPTY_AUX else None)
+        raise _unvisited_model_write(run, x, run.output_choices(MODEL)) from None
+    xn_flat = update.trace.flat_records()
+    if not _model_side_holds(update, x_flat, xn_flat, mo, kinds_m, post, inputs, rows_m, cols_m):
+        return _continue(f, x, y, q, q_args, update)
+    generate = None
+    if q is None:
+        new_aux = EMPTY_AUX
+    else:
+        generate = q.generate_detailed((update.trace,) + tuple(q_args), ao, strict=False)
+        new_aux = generate.trace
+        yn_flat = new_aux.flat_records()
+        if generate.fresh or len(yn_flat) != len(ao) or not _labels_hold(yn_flat, ao, kinds_a) or \
+                not _in_order(yn_flat, rows_a) or not _in_order(y_flat, cols_a):
+            return _continue(f, x, y, q, q_args, update, generate)
+    if cache.should_check(out[-1]):         # (the interpreter on the same update and generate)
+        app = _continue(f, x, y, q, q_args, update, generate)
+        if not agrees(app, out):
+            # The update and generate came from wrong values: the interpreter's own move, from
+            # the start (they drew nothing: no address was fresh, so neither did anything here).
+            cache.disagreed()
+            app = interpret(f, x, y, q, q_args, True, None)
+        return app
+    cache.report.hits += 1
+    return CompiledApplication(f, (x, y, q, q_args), update, generate, new_aux, out)
+
+
+def _model_side_holds(update, x_flat, xn_flat, mo, kinds, post, inputs, rows, cols):
+    """The interpreter's model-side checks, for this move, in what the key did not fix:
+
+    * no address sampled from the prior (``fresh``) and no kind change (both its errors);
+    * ``post``: membership in the new model trace of the read (or copied) addresses the key
+      took as implicit copies or not (it decides columns and the "two outputs" error);
+    * the output labels (and a written vector's simplex flag) against the new records;
+    * lost inputs: a continuous old address the transform did not read or copy from is lost
+      exactly when it is overwritten or removed, and the update's discard lists every
+      overwritten or removed address (an untouched one that stays keeps its value: an
+      implicit copy); so checking the discard's addresses is exact;
+    * the rows' order in the new trace and the columns' order in the old one.
+    """
+    if update.fresh or update.kind_changed:
+        return False
+    for a, want in post:
+        if (a in xn_flat) is not want:
+            return False
+    if not _labels_hold(xn_flat, mo, kinds):
+        return False
+    discard = update._discard       # (read without lending it: nothing is handed out here)
+    if discard:
+        touched = set(inputs)
+        for a in discard:
+            if a not in touched:
+                rec = x_flat.get(a)
+                if rec is not None and not rec.dist.discrete:
+                    return False
+    return _in_order(xn_flat, rows) and _in_order(x_flat, cols)
+
+
+def _labels_hold(flat, choices, kinds):
+    """Each output's new record has the kind (and simplex flag) the key was traced with."""
+    for a, (is_discrete, simplex) in zip(choices, kinds):
+        rec = flat.get(a)
+        if rec is None:
+            continue        # (an address the new trace lacks: ConstraintError or "extra" already)
+        dist = rec.dist
+        if bool(dist.discrete) is not is_discrete or (simplex is not None and bool(dist.simplex) is not simplex):
+            return False
+    return True
+
+
+def _in_order(flat, addresses):
+    """Whether ``addresses`` come in this order in ``flat`` (trace order)."""
+    if len(addresses) < 2:
+        return True
+    wanted = set(addresses)
+    plain = flat if type(flat) is dict else flat.outside
+    if plain is not flat and not wanted.issubset(plain):
+        return tuple(_restricted(flat, wanted)) == addresses
+    # (the records outside families are in trace order: FlatRecords.restricted reads them so)
+    return tuple(islice(filter(wanted.__contains__, plain), len(addresses))) == addresses
+
+
+def agrees(app, out):
+    """Whether a candidate key's answer ``out`` on the move of ``app`` is the interpreter's:
+    every written value (type, dtype, shape, every bit) and log |det J|."""
+    if out is None or not math.isfinite(app.logabsdet):
+        return False
+    run = app.run
+    return (_same_choices(out[0], run.output_choices(MODEL)) and _same_choices(out[1], run.output_choices(AUX))
+            and float(out[2]).hex() == float(app.logabsdet).hex())
+
+
+def _same_choices(a, b):
+    if list(a) != list(b):
+        return False
+    for k, v in a.items():
+        w = b[k]
+        if type(v) is not type(w):
+            return False
+        if isinstance(v, torch.Tensor):
+            if v.dtype != w.dtype or v.shape != w.shape or v.detach().numpy().tobytes() != w.detach().numpy().tobytes():
+                return False
+        elif v != w:
+            return False
+    return True

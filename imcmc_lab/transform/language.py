@@ -29,6 +29,7 @@ import threading
 from ..core.address import format_address, normalize_address
 from ..errors import TransformError
 from ..modeling.pickling import reduce_by_name
+from .compiled.report import CompileReport
 
 __all__ = ["discrete", "continuous", "read", "exists", "write", "copy", "tcall", "transform", "Transform",
            "AddressRef", "TraceHandle", "pair_bijections", "involution_from_bijections"]
@@ -221,9 +222,14 @@ class Transform:
     ``torch_fallbacks`` counts those re-runs and ``last_fallback`` says why the
     last one happened. ``float_leaves`` keeps the float path's last reads, one per
     address, to reuse for an unchanged choice (see ``float_backend.FloatBackend``).
+
+    ``compile`` (default True): a move with ``autodiff="auto"`` and no checks may be served
+    by generated code, traced once per branch of the transform (:mod:`.compiled`), with
+    results bit-identical to the interpreter's; anything the generated code cannot decide
+    runs the interpreter. ``compiled`` reports what it did (keys, hits, misses, refusals).
     """
 
-    def __init__(self, fn, one_trace=False, name=None, autodiff="auto"):
+    def __init__(self, fn, one_trace=False, name=None, autodiff="auto", compile=True):
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "transform")
         self.one_trace = one_trace
@@ -238,6 +244,13 @@ class Transform:
         self.last_fallback = None
         # the float path's leaves, kept across runs (see float_backend.FloatBackend)
         self.float_leaves = {}
+        self.compile = bool(compile)
+        self.compiled = CompileReport()
+        self._compiled_cache = None      # a compiled.cache.CompiledTransform, made by apply_transform
+
+    def __getstate__(self):
+        # generated code and locks stay behind: a copy compiles its own keys
+        return dict(self.__dict__, _compiled_cache=None, compiled=CompileReport())
 
     def run_on(self, handles, *args):
         model_in, aux_in, model_out, aux_out = handles
@@ -265,14 +278,14 @@ class Transform:
         return f"<transform {self.name} {form}>"
 
 
-def transform(fn=None, *, one_trace=None, name=None, autodiff="auto"):
+def transform(fn=None, *, one_trace=None, name=None, autodiff="auto", compile=True):
     """Decorator: make a trace transform from a Python function.
 
     The four-trace form is ``def f(model_in, aux_in, model_out, aux_out, *args)``;
     a function with exactly two parameters is the one-trace form
     ``def f(t_in, t_out)`` (or say ``@transform(one_trace=True)``). ``name``
     (default: the function's) is what messages and records call it, useful when
-    a factory makes several transforms from one ``def``. ``autodiff``: see
+    a factory makes several transforms from one ``def``. ``autodiff`` and ``compile``: see
     :class:`Transform`.
     """
 
@@ -282,7 +295,7 @@ def transform(fn=None, *, one_trace=None, name=None, autodiff="auto"):
             params = [p for p in inspect.signature(fn).parameters.values()
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
             form = len(params) == 2
-        return Transform(fn, one_trace=form, name=name, autodiff=autodiff)
+        return Transform(fn, one_trace=form, name=name, autodiff=autodiff, compile=compile)
 
     return wrap(fn) if fn is not None else wrap
 
