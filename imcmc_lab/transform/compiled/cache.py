@@ -66,7 +66,7 @@ class CompiledTransform:
 
     def disagreed(self):
         """A checked hit disagreed with the interpreter: this transform is not compiled again."""
-        self.serving = (None, {}, None)
+        self.serving, self.waiting = (None, {}, None), []
         self.report.refuse("generated code disagreed with the interpreter on a move (all keys dropped)")
         self.report.learning = False
 
@@ -85,7 +85,17 @@ class CompiledTransform:
             if self.spent > LEARNING_BUDGET and report.learning:
                 report.refuse(f"learning took {LEARNING_BUDGET:g} s (stopped; the keys compiled are served)")
                 report.learning = False
+            if not report.learning and self.waiting:
+                self._flush()
             self._lock.release()
+
+    def _flush(self):
+        """Learning stopped: the keys waiting for a rebuild are compiled now (once)."""
+        try:
+            self._rebuild()
+        except (Exception, Unsupported) as exc:
+            self.waiting = []
+            self.report.refuse(f"{type(exc).__name__} while compiling: {exc}"[:120])
 
     def _refuse(self, reason):
         self.report.refuse(reason)
