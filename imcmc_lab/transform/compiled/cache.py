@@ -7,7 +7,8 @@ also run on the interpreter and compared bit for bit (:meth:`should_check`): a d
 drops every key, and the move gets the interpreter's result. The trie's function is rebuilt when the keys waiting for it number at
 least half of those compiled (so the total compile work stays a small multiple of the
 final code's size); at most ``MAX_KEYS`` keys are compiled, and learning stops for good
-after too many refusals. Nothing raised while learning reaches the user: it is a refusal.
+after too many refusals or ``LEARNING_STEPS`` steps of tracing (counted, not timed: what
+compiles is the same on every machine). Nothing raised while learning reaches the user: it is a refusal.
 
 :meth:`CompiledTransform.lookup` serves a move: the environment guard
 (:mod:`.environment`), then the generated function (None: a miss).
@@ -16,7 +17,6 @@ after too many refusals. Nothing raised while learning reaches the user: it is a
 from __future__ import annotations
 
 import threading
-import time
 
 from .codegen import Node, build, insert
 from .environment import Environment
@@ -24,7 +24,8 @@ from .symbolic import TooCostly, Unsupported
 from .tracer import trace_once
 
 MAX_KEYS = 64
-LEARNING_BUDGET = 0.15      # seconds of process time a transform may spend learning, in all
+LEARNING_STEPS = 30_000     # tracing steps (statements and decisions) a transform may spend
+                            # learning, in all (the mixture cycle at K = 8 uses at most 9,000)
 MAX_REFUSALS = 24           # traces refused with no key compiled: learning stops
 TRACES_PER_KEY = 8          # traces (beyond 32) per compiled key before learning stops: keys
                             # that are seen once and never again would cost a trace a move
@@ -36,7 +37,7 @@ class CompiledTransform:
     def __init__(self, f):
         self.f, self.report = f, f.compiled
         self._lock = threading.Lock()
-        self.spent = 0.0
+        self.meter = [0, LEARNING_STEPS]
         self._reset()
 
     def _reset(self):
@@ -66,7 +67,7 @@ class CompiledTransform:
 
     def disagreed(self):
         """A checked hit disagreed with the interpreter: this transform is not compiled again."""
-        self.serving = (None, {}, None)
+        self.serving, self.waiting = (None, {}, None), []
         self.report.refuse("generated code disagreed with the interpreter on a move (all keys dropped)")
         self.report.learning = False
 
@@ -75,17 +76,22 @@ class CompiledTransform:
         report = self.report
         if not report.learning or not self._lock.acquire(blocking=False):
             return
-        start = time.process_time()
         try:
             self._learn(x, y, app)
         except (Exception, Unsupported) as exc:
             self._refuse(f"{type(exc).__name__} while tracing: {exc}"[:120])
         finally:
-            self.spent += time.process_time() - start
-            if self.spent > LEARNING_BUDGET and report.learning:
-                report.refuse(f"learning took {LEARNING_BUDGET:g} s (stopped; the keys compiled are served)")
-                report.learning = False
+            if not report.learning and self.waiting:
+                self._flush()
             self._lock.release()
+
+    def _flush(self):
+        """Learning stopped: the keys waiting for a rebuild are compiled now (once)."""
+        try:
+            self._rebuild()
+        except (Exception, Unsupported) as exc:
+            self.waiting = []
+            self.report.refuse(f"{type(exc).__name__} while compiling: {exc}"[:120])
 
     def _refuse(self, reason):
         self.report.refuse(reason)
@@ -105,7 +111,7 @@ class CompiledTransform:
                 self.report.learning = False
                 return
         try:
-            tr = trace_once(self.f, x, y, app, self.env)
+            tr = trace_once(self.f, x, y, app, self.env, self.meter)
         except TooCostly as exc:
             self.report.refuse(f"{exc} (learning stopped)")
             self.report.learning = False

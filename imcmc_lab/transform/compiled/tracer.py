@@ -10,8 +10,6 @@ for itself makes it return None (a miss): the interpreter then runs the move fro
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from ..language import AddressRef, discrete
@@ -21,7 +19,7 @@ from .symbolic import (MAX_VECTOR, TooCostly, MINUS_ONE, ONE, TF, Ex, Lin, SVec,
 
 _F = {MODEL: "mf", AUX: "af"}
 MAX_ITEMS = 3000        # statements and guards of one key: a longer trace stops (refused)
-MAX_SECONDS = 0.1       # process time of one trace: a slower one stops (this key is refused)
+MAX_STEPS = 10000       # statements and decisions of one trace: a longer one stops (key refused)
 
 
 class _Handle:
@@ -52,7 +50,7 @@ class Tracer(Accounting, Returns):
     """One run of a transform on symbolic values: the statements and guards (``items``) of
     its branch key, what it read, wrote and copied, and the accounting of :mod:`.accounting`."""
 
-    def __init__(self, x, y):
+    def __init__(self, x, y, meter):
         self.flats = {MODEL: x.flat_records(), AUX: y.flat_records()}
         self.items = []
         self.n = 0
@@ -66,9 +64,21 @@ class Tracer(Accounting, Returns):
         self.env = {}           # variable -> its concrete value
         self.kinds = {MODEL: [], AUX: []}       # per output, in the returned dicts' order
         self.refused = None     # set by any Unsupported raised while this tracer runs
-        self.deadline = time.process_time() + MAX_SECONDS
+        self.meter = meter      # [steps of this transform's traces so far, its budget]
+        self.steps = 0
 
     # -- code ------------------------------------------------------------
+    def step(self):
+        """Count one step of tracing (a statement or a decision): budgets in steps, not
+        seconds, so what compiles does not depend on the machine's speed or load."""
+        self.steps += 1
+        meter = self.meter
+        meter[0] += 1
+        if meter[0] > meter[1]:
+            raise TooCostly("the learning budget is spent")
+        if self.steps > MAX_STEPS:
+            raise Unsupported(f"a trace of more than {MAX_STEPS} steps")
+
     def name(self, prefix="t"):
         self.n += 1
         return f"{prefix}{self.n}"
@@ -76,8 +86,7 @@ class Tracer(Accounting, Returns):
     def stmt(self, code, v, deps, prefix="t"):
         if len(self.items) > MAX_ITEMS:
             raise TooCostly(f"a key of more than {MAX_ITEMS} statements")
-        if time.process_time() > self.deadline:
-            raise Unsupported(f"a trace longer than {MAX_SECONDS:g} s")
+        self.step()
         name = self.name(prefix)
         self.items.append(("s", name, code, tuple(deps)))
         return Ex(v, name, False)
@@ -102,8 +111,7 @@ class Tracer(Accounting, Returns):
         return outcome
 
     def decide(self, lin, op, outcome):
-        if time.process_time() > self.deadline:
-            raise Unsupported(f"a trace longer than {MAX_SECONDS:g} s")
+        self.step()
         c = lin.const()
         if c is not None:
             if _PY[op](c, 0) != bool(outcome):
@@ -249,11 +257,11 @@ def _conc(x):
     return x.value if isinstance(x, SymInt) else x
 
 
-def trace_once(f, x, y, app, env):
+def trace_once(f, x, y, app, env, meter):
     """The tracer of ``f`` on ``(x, y)`` after its accounting (``app``: the interpreter's
     application there). ``env`` (an :class:`.environment.Environment`) records and watches
-    what the transform's code reaches while it runs."""
-    tr = Tracer(x, y)
+    what the transform's code reaches while it runs; ``meter``: see :meth:`Tracer.step`."""
+    tr = Tracer(x, y, meter)
     handles = (_Handle("model_in", MODEL, True, tr), _Handle("aux_in", AUX, True, tr),
                _Handle("model_out", MODEL, False, tr), _Handle("aux_out", AUX, False, tr))
     set_tracer(tr)
