@@ -24,6 +24,7 @@ import math
 import operator
 import os
 import random
+import re
 import types
 
 import pytest
@@ -1656,6 +1657,13 @@ def continue_chain(f, trace, steps=20, seed=8):
     return out
 
 
+def without_line_text(picture):
+    """``picture`` with each source line reduced to its number: cloudpickle >= 3.1.3 renames
+    the file of a function it pickles by value to "<dynamic-code>", so a copy's records name
+    the line (``line 117``) without its text."""
+    return json.loads(re.sub(r'"(line \d+): (?:[^"\\]|\\.)*"', r'"\1"', json.dumps(picture, default=repr)))
+
+
 def test_a_compiled_transform_pickles_and_continues_identically():
     import cloudpickle
     import pickle
@@ -1666,7 +1674,8 @@ def test_a_compiled_transform_pickles_and_continues_identically():
     assert f.compiled.hits > 0
     copied = pickle.loads(cloudpickle.dumps(f))     # a local transform: pickled by value
     assert copied.compile is True
-    assert continue_chain(copied, trace) == continue_chain(f_ref, trace) == continue_chain(f, trace)
+    assert continue_chain(f_ref, trace) == continue_chain(f, trace)
+    assert without_line_text(continue_chain(copied, trace)) == without_line_text(continue_chain(f_ref, trace))
     unset = pickle.loads(cloudpickle.dumps(f_ref))
     assert unset.compile is False
 
@@ -1682,7 +1691,8 @@ def test_a_move_record_pickles_after_a_compiled_move():
     ref = involutive_move(trace, mixture.split_merge_aux, (), f_ref)
     import cloudpickle
     back = pickle.loads(cloudpickle.dumps(rec))
-    assert record_picture(back, deep=True) == record_picture(ref, deep=True) == record_picture(rec, deep=True)
+    assert record_picture(ref, deep=True) == record_picture(rec, deep=True)
+    assert without_line_text(record_picture(back, deep=True)) == without_line_text(record_picture(ref, deep=True))
 
 
 def app_picture(app):
