@@ -14,11 +14,11 @@ import math
 from itertools import chain, islice
 from operator import attrgetter, itemgetter
 
+import torch
+
 from ..core.address import did_you_mean, format_address
 from ..core.choicemap import ChoiceMap
 from ..errors import ConstraintError, DimensionError, LabelError, TransformError
-import torch
-
 from .compiled.cache import CompiledTransform
 from .interpreter import AUX, MODEL, TransformRun, run_transform, _where
 from .jacobian import CoordinateGroup, JacobianRecord, group_of, reduced_jacobian

@@ -454,6 +454,20 @@ def _dual(v, d):
 # ---------------------------------------------------------------------------
 # vectors
 # ---------------------------------------------------------------------------
+def broadcast_pairs(a, b, reverse, mismatch):
+    """Element pairs of two vectors (``(b_i, a_i)`` if ``reverse``), a length-1 one repeated
+    (NumPy's broadcasting of vectors); raises ``mismatch()`` for any other pair of lengths (made
+    only then: the symbolic tracer notes every refusal it makes)."""
+    if len(a) != len(b):
+        if len(b) == 1:
+            b = b * len(a)
+        elif len(a) == 1:
+            a = a * len(b)
+        else:
+            raise mismatch()
+    return zip(b, a) if reverse else zip(a, b)
+
+
 class DualVector(_TensorLike):
     """A short 1-d vector of :class:`Dual` entries (read from a vector choice, or built
     by ``torch.cat``/``torch.stack``/``reshape``)."""
@@ -500,15 +514,7 @@ class DualVector(_TensorLike):
     def _map2(self, other, op, reverse=False):
         other = lift(other)
         if type(other) is DualVector:
-            a, b = self._items, other._items
-            if len(a) != len(b):
-                if len(b) == 1:
-                    b = b * len(a)
-                elif len(a) == 1:
-                    a = a * len(b)
-                else:
-                    raise NeedsTorch
-            pairs = zip(b, a) if reverse else zip(a, b)
+            pairs = broadcast_pairs(self._items, other._items, reverse, NeedsTorch)
         else:
             pairs = ((other, x) for x in self._items) if reverse else ((x, other) for x in self._items)
         return DualVector([op(x, y) for x, y in pairs])

@@ -29,6 +29,8 @@ import threading
 
 import torch
 
+from ..dual import broadcast_pairs
+
 MAX_VECTOR = 64
 _state = threading.local()
 
@@ -658,15 +660,7 @@ class SVec(_Torchy):
     def _map(self, o, name, reverse=False):
         a = self.elements()
         if isinstance(o, SVec):
-            b = o.elements()
-            if len(a) != len(b):
-                if len(b) == 1:
-                    b = b * len(a)
-                elif len(a) == 1:
-                    a = a * len(b)
-                else:
-                    raise Unsupported("shapes")
-            pairs = zip(b, a) if reverse else zip(a, b)
+            pairs = broadcast_pairs(a, o.elements(), reverse, lambda: Unsupported("shapes"))
         else:
             pairs = ((o, x) for x in a) if reverse else ((x, o) for x in a)
         return SVec([("e", s_op(name, x, y)) for x, y in pairs])
