@@ -348,9 +348,7 @@ def reduced_jacobian(outputs, inputs, backend):
     # over its blocks, up to rounding when they are several: the blocks are found only when
     # a view asks, or when it is not finite (a block that is not square is exactly
     # singular, and the problem names the blocks).
-    parts, total = None, logabsdet(matrix) if m == n <= 16 else None
-    if total is None or not math.isfinite(total):       # large, not square, or singular/NaN
-        parts, total = _block_logdets(m, n, matrix, nonzeros)
+    parts, total = matrix_logdet(m, n, matrix, nonzeros)
 
     def layout():
         rows = [group.coordinate(k) for _, group, k, _ in kept_rows]
@@ -440,6 +438,16 @@ def _uncovered(spans, n):
         position = stop
     out.extend(range(position, n))
     return out
+
+
+def matrix_logdet(m, n, matrix, nonzeros):
+    """``(blocks or None, log |det|)`` of the reduced ``m`` x ``n`` ``matrix``: a small square
+    one eliminated whole; a large one, one that is not square, or a singular/NaN one through
+    its blocks (:func:`_block_logdets`, which names them)."""
+    total = logabsdet(matrix) if m == n <= 16 else None
+    if total is None or not math.isfinite(total):       # large, not square, or singular/NaN
+        return _block_logdets(m, n, matrix, nonzeros)
+    return None, total
 
 
 def _block_logdets(m, n, matrix, nonzeros):

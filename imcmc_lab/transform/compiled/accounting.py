@@ -5,20 +5,18 @@ new model trace keeps is its own copy, a membership fact checked per move as ``p
 pass-through runs of vector outputs, the kept rows in the new traces' order and the kept
 columns in the old traces' order (LU pivot ties make the order matter bit for bit: the
 caller checks it per move), each matrix entry as the sum of its tangent terms, and
-log |det| by :func:`_ld`, which calls ``jacobian.logabsdet`` / ``_block_logdets`` exactly as
+log |det| by :func:`_ld`, which calls ``jacobian.matrix_logdet`` exactly as
 ``jacobian.reduced_jacobian`` does.
 """
 
 from __future__ import annotations
 
-import math
-
-from ..jacobian import _block_logdets, logabsdet
+from ..interpreter import AUX, MODEL
+from ..jacobian import matrix_logdet
 from ..language import continuous
 from .symbolic import (S, SVec, SymInt, TF, Lin, Unsupported, _lin_deps, _lin_value, addr_code, addr_conc,
                        addr_deps, bin_ex, conc, lit)
 
-MODEL, AUX = "model", "aux"
 _F = {MODEL: "mf", AUX: "af"}
 
 
@@ -265,9 +263,4 @@ class Returns:
 
 def _ld(matrix):
     """``log |det|`` as ``jacobian.reduced_jacobian`` takes it (m == n here)."""
-    m = len(matrix)
-    if m <= 16:
-        total = logabsdet(matrix)
-        if math.isfinite(total):
-            return total
-    return _block_logdets(m, m, matrix, None)[1]
+    return matrix_logdet(len(matrix), len(matrix), matrix, None)[1]
